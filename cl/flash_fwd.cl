@@ -1,0 +1,147 @@
+/* Portable FlashAttention-2 forward.
+ *
+ * One work-group owns BR query rows of one (batch, head). It keeps its Q tile in local memory and its
+ * O accumulator in registers, and streams K and V tiles of BC rows through one local buffer, with the
+ * online softmax's running max and sum per row. Work-items form a TR x TC grid: work-item (tr, tc)
+ * computes S for rows tr*RM.. and key columns tc, tc+TC, .., and O for the same rows and output
+ * columns tc, tc+TC, .. (strided, so neighbouring work-items touch neighbouring addresses).
+ *
+ * Defines (all from plan.c): D head_dim, DP D padded to a multiple of TC, DS local row stride,
+ * BR, BC, TR, TC, RM, RN, DN. Tails beyond seqlen_q, seqlen_k and D are zero-filled in local memory
+ * and never written back.
+ */
+#define WG (TR * TC)
+#define PS (BC + 1) /* P row stride: odd, so work-items of different rows hit different banks */
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+               __global store_t *o, __global float *lse,
+               long q_off, long q_sb, long q_sh, long q_sn,
+               long k_off, long k_sb, long k_sh, long k_sn,
+               long v_off, long v_sb, long v_sh, long v_sn,
+               long o_off, long o_sb, long o_sh, long o_sn,
+               int num_heads, int group, int nq, int nk, int causal, float scale) {
+  __local float Qs[BR * DS];
+  __local float KVs[BC * DS];
+  __local float Ps[BR * PS];
+  __local float Rmax[BR * TC];
+  __local float Rsum[BR * TC];
+
+  const int lid = get_local_id(0);
+  const int tc = lid % TC;
+  const int tr = lid / TC;
+  const int q0 = get_group_id(0) * BR;
+  const int h = get_group_id(1);
+  const int b = get_group_id(2);
+  const int hk = h / group;
+
+  q += q_off + b * q_sb + h * q_sh;
+  k += k_off + b * k_sb + hk * k_sh;
+  v += v_off + b * v_sb + hk * v_sh;
+  o += o_off + b * o_sb + h * o_sh;
+
+  /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
+  const float qscale = scale * FCL_LOG2E;
+  for (int i = lid; i < BR * DP; i += WG) {
+    const int r = i / DP, c = i % DP;
+    float x = 0.0f;
+    if (q0 + r < nq && c < D) x = LOAD(q, (q0 + r) * q_sn + c) * qscale;
+    Qs[r * DS + c] = x;
+  }
+
+  float m[RM], l[RM], acc[RM][DN];
+  for (int i = 0; i < RM; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
+  }
+
+  /* Query row i sees keys j <= i + nk - nq; the block's last row bounds the keys it needs. */
+  const int diag = nk - nq;
+  const int kv_end = causal ? clamp(q0 + BR + diag, 0, nk) : nk;
+
+  for (int k0 = 0; k0 < kv_end; k0 += BC) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
+    for (int i = lid; i < BC * DP; i += WG) {
+      const int r = i / DP, c = i % DP;
+      KVs[r * DS + c] = (k0 + r < nk && c < D) ? LOAD(k, (k0 + r) * k_sn + c) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float s[RM][RN];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
+    for (int d = 0; d < DP; ++d) {
+      float kd[RN];
+      for (int j = 0; j < RN; ++j) kd[j] = KVs[(tc + j * TC) * DS + d];
+      for (int i = 0; i < RM; ++i) {
+        const float qd = Qs[(tr * RM + i) * DS + d];
+        for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
+      }
+    }
+
+    for (int i = 0; i < RM; ++i) {
+      const int row = q0 + tr * RM + i;
+      float tile_max = -INFINITY;
+      for (int j = 0; j < RN; ++j) {
+        const int col = k0 + tc + j * TC;
+        const bool visible = col < nk && (!causal || col <= row + diag);
+        s[i][j] = visible ? s[i][j] : -INFINITY;
+        tile_max = fmax(tile_max, s[i][j]);
+      }
+      Rmax[(tr * RM + i) * TC + tc] = tile_max;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* row maxima are complete; every S is computed, so K may go */
+
+    float alpha[RM];
+    for (int i = 0; i < RM; ++i) {
+      const int r = tr * RM + i;
+      float m_new = m[i];
+      for (int t = 0; t < TC; ++t) m_new = fmax(m_new, Rmax[r * TC + t]);
+      /* A row that has seen no visible key yet keeps m = -inf; subtract 0 instead so no NaN appears. */
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[i] = exp2(m[i] - m_use);
+      m[i] = m_new;
+      float part = 0.0f;
+      for (int j = 0; j < RN; ++j) {
+        const float p = exp2(s[i][j] - m_use);
+        Ps[r * PS + tc + j * TC] = p;
+        part += p;
+      }
+      Rsum[r * TC + tc] = part;
+    }
+    for (int i = lid; i < BC * DP; i += WG) {
+      const int r = i / DP, c = i % DP;
+      KVs[r * DS + c] = (k0 + r < nk && c < D) ? LOAD(v, (k0 + r) * v_sn + c) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int i = 0; i < RM; ++i) {
+      const int r = tr * RM + i;
+      float sum = 0.0f;
+      for (int t = 0; t < TC; ++t) sum += Rsum[r * TC + t];
+      l[i] = l[i] * alpha[i] + sum;
+      for (int n = 0; n < DN; ++n) acc[i][n] *= alpha[i];
+    }
+    for (int c = 0; c < BC; ++c) {
+      float vc[DN];
+      for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
+      for (int i = 0; i < RM; ++i) {
+        const float p = Ps[(tr * RM + i) * PS + c];
+        for (int n = 0; n < DN; ++n) acc[i][n] = fma(p, vc[n], acc[i][n]);
+      }
+    }
+  }
+
+  for (int i = 0; i < RM; ++i) {
+    const int row = q0 + tr * RM + i;
+    if (row >= nq) continue;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    for (int n = 0; n < DN; ++n) {
+      const int c = tc + n * TC;
+      if (c < D) STORE(o, row * o_sn + c, acc[i][n] * inv);
+    }
+    if (lse && tc == 0)
+      lse[((long)b * num_heads + h) * nq + row] = l[i] > 0.0f ? (m[i] + log2(l[i])) * FCL_LN2 : -INFINITY;
+  }
+}

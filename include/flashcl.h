@@ -1,0 +1,127 @@
+/* flashcl: exact, IO-aware attention (FlashAttention) for OpenCL.
+ *
+ * O = softmax(scale * Q K^T [+ causal mask]) V computed tile by tile in on-chip local memory with an
+ * online softmax: the N x N score matrix is never written to device memory, so memory is O(N).
+ *
+ * Every operation validates its whole input before enqueuing anything, returns an fcl_status, and
+ * keeps a readable detail for the calling thread in fcl_last_error(). The library never prints,
+ * aborts or exits. A context may be used from several threads at once.
+ */
+#ifndef FLASHCL_H
+#define FLASHCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHCL_VERSION_MAJOR 0
+#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_PATCH 0
+#define FLASHCL_VERSION_STRING "0.1.0"
+
+/* The library's version as "major.minor.patch". */
+const char *fcl_version(void);
+
+typedef enum fcl_status {
+  FCL_SUCCESS = 0,
+  FCL_ERROR_INVALID_ARGUMENT,   /* bad descriptor, NULL where required, buffer too small */
+  FCL_ERROR_UNSUPPORTED,        /* valid, but not on this device (e.g. head_dim above its limit) */
+  FCL_ERROR_OPENCL,             /* an OpenCL call failed: fcl_last_error() names it and its code */
+  FCL_ERROR_BUILD,              /* kernel build failed: fcl_last_error() holds the build log */
+  FCL_ERROR_OUT_OF_RESOURCES,   /* host or device allocation failed */
+  FCL_ERROR_CLBLAST             /* CLBlast returned an error (reference path) */
+} fcl_status;
+
+typedef enum fcl_dtype { FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16 } fcl_dtype;
+
+typedef struct fcl_context fcl_context; /* opaque; one per (cl_context, device) */
+
+/* Never pick a vendor-specific kernel (the environment variable FLASHCL_PORTABLE_ONLY=1 does the same). */
+#define FCL_FLAG_PORTABLE_ONLY 1u
+
+typedef struct fcl_context_options {
+  const char *cache_dir;     /* NULL: $FLASHCL_CACHE_DIR, else $XDG_CACHE_HOME/flashcl, else
+                                $HOME/.cache/flashcl; "" turns the disk cache off */
+  const char *build_options; /* appended to every kernel build */
+  unsigned flags;            /* FCL_FLAG_PORTABLE_ONLY: never pick a vendor-specific kernel */
+} fcl_context_options;
+
+/* Creates a context on the caller's cl_context and device. The caller keeps ownership of both; the
+   context retains them until fcl_context_release. options: NULL or zero-initialised means defaults. */
+fcl_status fcl_context_create(cl_context context, cl_device_id device,
+                              const fcl_context_options *options /* NULL: defaults */,
+                              fcl_context **out);
+void fcl_context_release(fcl_context *ctx); /* NULL is a no-op */
+const char *fcl_status_string(fcl_status status);
+const char *fcl_last_error(void); /* detail of the calling thread's last failure; never NULL */
+
+/* The largest head_dim any kernel of the library accepts. */
+#define FCL_MAX_HEAD_DIM 256
+
+typedef struct fcl_attention_desc {
+  int64_t batch, num_heads, num_kv_heads; /* num_kv_heads divides num_heads (GQA/MQA); 0 = num_heads */
+  int64_t seqlen_q, seqlen_k, head_dim;
+  fcl_dtype dtype; /* of q, k, v, o and of every gradient */
+  float scale;     /* 0: 1/sqrt(head_dim) */
+  int causal;      /* mask aligned to the bottom-right corner when seqlen_q != seqlen_k */
+  /* strides in elements for (batch, head, sequence); all zero: contiguous [batch, heads, seq, head_dim].
+     The head_dim elements of one row are contiguous. Offsets: first element of each tensor in its buffer. */
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  int64_t q_offset, k_offset, v_offset, o_offset;
+} fcl_attention_desc;
+
+/* O = softmax(scale * Q K^T [+ mask]) V. lse (optional, float32 [batch, num_heads, seqlen_q]) receives
+   the natural-log sum of exp of each scaled score row (-INFINITY for a causal row that sees no key,
+   whose output is zero). Enqueues on queue; waits on the list; *event (optional) completes when O and
+   lse are written; the caller releases it. */
+fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue,
+                                 const fcl_attention_desc *desc,
+                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *event);
+
+/* The same result through the materialized N x N matrix (CLBlast GEMMs + a softmax kernel). */
+fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue,
+                                   const fcl_attention_desc *desc,
+                                   cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                   cl_uint num_wait, const cl_event *wait, cl_event *event);
+
+/* Gradients of the forward pass, from the forward's o and lse. d_o has o's strides and offset;
+   d_q, d_k, d_v have those of q, k, v. workspace: at least fcl_attention_backward_workspace_size()
+   bytes (may be NULL when that is 0). Deterministic: the same inputs give bitwise the same output. */
+size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
+fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue,
+                                  const fcl_attention_desc *desc,
+                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o,
+                                  cl_mem d_q, cl_mem d_k, cl_mem d_v, cl_mem workspace,
+                                  cl_uint num_wait, const cl_event *wait, cl_event *event);
+
+/* ---- Introspection: what the library detected and would run (used by flashcl-probe). ---- */
+
+typedef enum fcl_operation { FCL_OP_FORWARD, FCL_OP_BACKWARD } fcl_operation;
+
+typedef struct fcl_plan_info {
+  char kernel[64];       /* the kernel variant, e.g. "portable" or "nvidia_mma" */
+  char reason[256];      /* why that variant was chosen */
+  int block_q, block_k;  /* query rows per work-group, key rows per tile */
+  int work_group_size;   /* work-items per work-group */
+  size_t local_mem_bytes; /* local memory one work-group uses */
+  size_t work_groups;    /* work-groups one call launches */
+} fcl_plan_info;
+
+/* The plan the operation would run for desc on this context, without enqueuing anything. The kernel is
+   built (or loaded from the cache) if it was not already, so the figures are the real ones. */
+fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
+                             fcl_plan_info *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCL_H */

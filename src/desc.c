@@ -1,0 +1,158 @@
+/* Descriptor validation shared by every operation: sizes, strides, buffers, queue and wait list. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const tensor_names[4] = {"q", "k", "v", "o"};
+
+fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
+  if (!desc) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc is NULL");
+  memset(p, 0, sizeof *p);
+  if (desc->batch < 1) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->batch is %lld; it must be at least 1", (long long)desc->batch);
+  if (desc->num_heads < 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->num_heads is %lld; it must be at least 1", (long long)desc->num_heads);
+  if (desc->num_kv_heads < 0)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->num_kv_heads is %lld; it must be 0 (= num_heads) or divide num_heads", (long long)desc->num_kv_heads);
+  int64_t kv_heads = desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads;
+  if (desc->num_heads % kv_heads != 0)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->num_kv_heads (%lld) does not divide desc->num_heads (%lld)",
+                    (long long)kv_heads, (long long)desc->num_heads);
+  if (desc->seqlen_q < 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->seqlen_q is %lld; it must be at least 1", (long long)desc->seqlen_q);
+  if (desc->seqlen_k < 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->seqlen_k is %lld; it must be at least 1", (long long)desc->seqlen_k);
+  if (desc->head_dim < 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->head_dim is %lld; it must be at least 1", (long long)desc->head_dim);
+  if (desc->head_dim > FCL_MAX_HEAD_DIM)
+    return fcl_fail(FCL_ERROR_UNSUPPORTED, "desc->head_dim is %lld; flashcl supports head_dim up to %d",
+                    (long long)desc->head_dim, FCL_MAX_HEAD_DIM);
+  /* Grid dimensions and in-kernel row indices are 32-bit. */
+  if (desc->seqlen_q > INT32_MAX / 2 || desc->seqlen_k > INT32_MAX / 2 || desc->batch > INT32_MAX ||
+      desc->num_heads > INT32_MAX)
+    return fcl_fail(FCL_ERROR_UNSUPPORTED, "desc sizes exceed 2^30 (batch %lld, num_heads %lld, seqlen_q %lld, seqlen_k %lld)",
+                    (long long)desc->batch, (long long)desc->num_heads, (long long)desc->seqlen_q, (long long)desc->seqlen_k);
+  switch (desc->dtype) {
+    case FCL_DTYPE_F32: p->elem_size = 4; break;
+    case FCL_DTYPE_F16:
+    case FCL_DTYPE_BF16: p->elem_size = 2; break;
+    default: return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->dtype is %d; it must be FCL_DTYPE_F32, FCL_DTYPE_F16 or FCL_DTYPE_BF16", (int)desc->dtype);
+  }
+  if (!isfinite(desc->scale) || desc->scale < 0)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite and positive (0 = 1/sqrt(head_dim))", (double)desc->scale);
+  if (desc->causal != 0 && desc->causal != 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->causal is %d; it must be 0 or 1", desc->causal);
+
+  p->batch = desc->batch;
+  p->heads = desc->num_heads;
+  p->kv_heads = kv_heads;
+  p->group = desc->num_heads / kv_heads;
+  p->nq = desc->seqlen_q;
+  p->nk = desc->seqlen_k;
+  p->d = desc->head_dim;
+  p->dtype = desc->dtype;
+  p->scale = desc->scale != 0.0f ? desc->scale : (float)(1.0 / sqrt((double)desc->head_dim));
+  p->causal = desc->causal;
+
+  const int64_t *strides[4] = {desc->q_stride, desc->k_stride, desc->v_stride, desc->o_stride};
+  int64_t *resolved[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+  const int64_t offsets[4] = {desc->q_offset, desc->k_offset, desc->v_offset, desc->o_offset};
+  int64_t *resolved_offsets[4] = {&p->q_offset, &p->k_offset, &p->v_offset, &p->o_offset};
+  for (int t = 0; t < 4; ++t) {
+    const int64_t heads = (t == 1 || t == 2) ? kv_heads : desc->num_heads;
+    const int64_t rows = t == 0 || t == 3 ? desc->seqlen_q : desc->seqlen_k;
+    const int64_t *s = strides[t];
+    if (offsets[t] < 0)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_offset is %lld; it must not be negative", tensor_names[t], (long long)offsets[t]);
+    *resolved_offsets[t] = offsets[t];
+    if (s[0] == 0 && s[1] == 0 && s[2] == 0) {
+      resolved[t][2] = desc->head_dim;
+      resolved[t][1] = rows * desc->head_dim;
+      resolved[t][0] = heads * rows * desc->head_dim;
+      continue;
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (s[i] < 0)
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_stride[%d] is %lld; strides must not be negative",
+                        tensor_names[t], i, (long long)s[i]);
+      resolved[t][i] = s[i];
+    }
+    /* Output rows must not overlap each other: rows of one head at least head_dim apart. */
+    if (t == 3 && s[2] < desc->head_dim && desc->seqlen_q > 1)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->o_stride[2] is %lld; output rows would overlap (head_dim %lld)",
+                      (long long)s[2], (long long)desc->head_dim);
+  }
+  return FCL_SUCCESS;
+}
+
+static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const char *what, size_t *size) {
+  cl_context mem_ctx = NULL;
+  cl_int err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof mem_ctx, &mem_ctx, NULL);
+  if (err != CL_SUCCESS)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid buffer: clGetMemObjectInfo failed: %s (%d)", what,
+                    fcl_cl_error_name(err), (int)err);
+  if (mem_ctx != ctx->context)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s belongs to another cl_context than the fcl_context's", what);
+  err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof *size, size, NULL);
+  if (err != CL_SUCCESS) return fcl_cl_failure("clGetMemObjectInfo(CL_MEM_SIZE)", err);
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
+                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
+  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+  size_t size = 0;
+  fcl_status st = check_mem_context(ctx, buf, what, &size);
+  if (st) return st;
+  /* Last element reached, in elements; every term is bounded well below 2^63 by the checks above
+     unless the strides themselves are huge, which the division guard catches. */
+  const int64_t counts[3] = {p->batch, heads, rows};
+  uint64_t last = (uint64_t)offset + (uint64_t)p->d - 1;
+  for (int i = 0; i < 3; ++i) {
+    uint64_t span = (uint64_t)(counts[i] - 1);
+    if (span && (uint64_t)stride[i] > (UINT64_MAX / 4) / span)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: stride[%d] = %lld overflows the address range", what, i,
+                      (long long)stride[i]);
+    last += span * (uint64_t)stride[i];
+  }
+  const uint64_t need = (last + 1) * p->elem_size;
+  if (need > size)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "%s is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes", what,
+                    (unsigned long long)need, size);
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count) {
+  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+  size_t size = 0;
+  fcl_status st = check_mem_context(ctx, buf, what, &size);
+  if (st) return st;
+  if (size < count * sizeof(float))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %zu bytes but holds %zu", what,
+                    count * sizeof(float), size);
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue) {
+  if (!queue) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "queue is NULL");
+  cl_context qctx = NULL;
+  cl_device_id qdev = NULL;
+  cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+  if (err != CL_SUCCESS)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "queue is not a valid command queue: %s (%d)", fcl_cl_error_name(err), (int)err);
+  if (qctx != ctx->context)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "queue belongs to another cl_context than the fcl_context's");
+  FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL));
+  if (qdev != ctx->device)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "queue is on another device than the fcl_context's");
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait) {
+  if ((num_wait > 0) != (wait != NULL))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait, wait ? "not NULL" : "NULL");
+  for (cl_uint i = 0; i < num_wait; ++i)
+    if (!wait[i]) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is NULL", i);
+  return FCL_SUCCESS;
+}

@@ -1,0 +1,128 @@
+/* Capability probe: the device facts the planner and the kernel choice depend on. */
+#include "internal.h"
+
+#include <CL/cl_ext.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+#endif
+#ifndef CL_DEVICE_WARP_SIZE_NV
+#define CL_DEVICE_WARP_SIZE_NV 0x4003
+#endif
+#ifndef CL_DEVICE_WAVEFRONT_WIDTH_AMD
+#define CL_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
+#endif
+
+static int contains_ci(const char *haystack, const char *needle) {
+  size_t n = strlen(needle);
+  for (const char *h = haystack; *h; ++h) {
+    size_t i = 0;
+    while (i < n && h[i] && (h[i] | 32) == (needle[i] | 32)) ++i;
+    if (i == n) return 1;
+  }
+  return 0;
+}
+
+static fcl_status device_string(cl_device_id device, cl_device_info what, char *out, size_t size) {
+  out[0] = '\0';
+  FCL_CL_CHECK(clGetDeviceInfo(device, what, size, out, NULL));
+  out[size - 1] = '\0';
+  return FCL_SUCCESS;
+}
+
+static fcl_status platform_string(cl_platform_id platform, cl_platform_info what, char *out, size_t size) {
+  out[0] = '\0';
+  FCL_CL_CHECK(clGetPlatformInfo(platform, what, size, out, NULL));
+  out[size - 1] = '\0';
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
+  memset(caps, 0, sizeof *caps);
+  fcl_status st;
+  cl_platform_id platform;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL));
+  if ((st = platform_string(platform, CL_PLATFORM_NAME, caps->platform_name, sizeof caps->platform_name)) ||
+      (st = platform_string(platform, CL_PLATFORM_VERSION, caps->platform_version,
+                            sizeof caps->platform_version)) ||
+      (st = device_string(device, CL_DEVICE_NAME, caps->device_name, sizeof caps->device_name)) ||
+      (st = device_string(device, CL_DEVICE_VERSION, caps->device_version, sizeof caps->device_version)) ||
+      (st = device_string(device, CL_DRIVER_VERSION, caps->driver_version, sizeof caps->driver_version)) ||
+      (st = device_string(device, CL_DEVICE_VENDOR, caps->vendor_name, sizeof caps->vendor_name)))
+    return st;
+
+  cl_device_type type;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL));
+  caps->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+  caps->is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof caps->compute_units,
+                               &caps->compute_units, NULL));
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof caps->local_mem_size,
+                               &caps->local_mem_size, NULL));
+  cl_device_local_mem_type lmt;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL));
+  caps->local_mem_dedicated = lmt == CL_LOCAL;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof caps->global_mem_size,
+                               &caps->global_mem_size, NULL));
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof caps->max_alloc_size,
+                               &caps->max_alloc_size, NULL));
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof caps->max_work_group_size,
+                               &caps->max_work_group_size, NULL));
+  size_t item_sizes[3] = {0, 0, 0};
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_sizes, item_sizes, NULL));
+  caps->max_work_item_size0 = item_sizes[0];
+
+  size_t ext_size = 0;
+  FCL_CL_CHECK(clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_size));
+  char *ext = malloc(ext_size + 1);
+  if (!ext) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory probing the device");
+  cl_int err = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, ext_size, ext, NULL);
+  ext[err == CL_SUCCESS ? ext_size : 0] = '\0';
+  caps->has_fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+  caps->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+  caps->has_subgroups = strstr(ext, "cl_khr_subgroups") != NULL || strstr(ext, "cl_intel_subgroups") != NULL;
+  int nv_attrs = strstr(ext, "cl_nv_device_attribute_query") != NULL;
+  int amd_attrs = strstr(ext, "cl_amd_device_attribute_query") != NULL;
+  free(ext);
+  if (err != CL_SUCCESS) return fcl_cl_failure("clGetDeviceInfo(CL_DEVICE_EXTENSIONS)", err);
+
+  if (contains_ci(caps->platform_name, "nvidia") || contains_ci(caps->vendor_name, "nvidia"))
+    caps->vendor = FCL_VENDOR_NVIDIA;
+  else if (contains_ci(caps->vendor_name, "advanced micro") || contains_ci(caps->vendor_name, "amd"))
+    caps->vendor = FCL_VENDOR_AMD;
+  else if (contains_ci(caps->vendor_name, "intel"))
+    caps->vendor = FCL_VENDOR_INTEL;
+  else
+    caps->vendor = FCL_VENDOR_OTHER;
+
+  /* Development overrides: plan as if the device had less local memory or smaller work-groups, to
+     exercise small-device tilings on any machine. */
+  const char *lim = getenv("FLASHCL_LOCAL_MEM_LIMIT");
+  if (lim && *lim && strtoull(lim, NULL, 10) > 0 && strtoull(lim, NULL, 10) < caps->local_mem_size)
+    caps->local_mem_size = strtoull(lim, NULL, 10);
+  const char *wgl = getenv("FLASHCL_MAX_WORK_GROUP_SIZE");
+  if (wgl && *wgl && strtoull(wgl, NULL, 10) > 0 && strtoull(wgl, NULL, 10) < caps->max_work_group_size)
+    caps->max_work_group_size = (size_t)strtoull(wgl, NULL, 10);
+
+  /* A guess until a kernel reports CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE. */
+  caps->preferred_multiple = caps->is_cpu ? 8 : 32;
+  if (nv_attrs) {
+    cl_uint v = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof v, &v, NULL) == CL_SUCCESS)
+      caps->nv_cc_major = (int)v;
+    if (clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof v, &v, NULL) == CL_SUCCESS)
+      caps->nv_cc_minor = (int)v;
+    if (clGetDeviceInfo(device, CL_DEVICE_WARP_SIZE_NV, sizeof v, &v, NULL) == CL_SUCCESS && v)
+      caps->preferred_multiple = v;
+  } else if (amd_attrs) {
+    cl_uint v = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof v, &v, NULL) == CL_SUCCESS && v)
+      caps->preferred_multiple = v;
+  } else if (caps->vendor == FCL_VENDOR_INTEL && caps->is_gpu) {
+    caps->preferred_multiple = 16;
+  }
+  return FCL_SUCCESS;
+}

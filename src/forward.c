@@ -1,0 +1,122 @@
+/* fcl_attention_forward: validate, plan, set arguments, enqueue. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
+
+fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                                const cl_event *wait, fcl_problem *p) {
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  fcl_status st;
+  if ((st = fcl_resolve_problem(desc, p)) || (st = fcl_check_queue(ctx, queue)) ||
+      (st = fcl_check_tensor(ctx, q, "q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
+      (st = fcl_check_tensor(ctx, k, "k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
+      (st = fcl_check_tensor(ctx, v, "v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
+      (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
+      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", (size_t)(p->batch * p->heads * p->nq)))) ||
+      (st = fcl_check_wait_list(num_wait, wait)))
+    return st;
+  if (o == q || o == k || o == v)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o is the same buffer as %s; the output must not alias an input",
+                    o == q ? "q" : o == k ? "k" : "v");
+  return FCL_SUCCESS;
+}
+
+static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, char *out, size_t size) {
+  snprintf(out, size, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d",
+           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn);
+}
+
+/* The portable kernel for (d, dtype): plan, build, and re-plan once if the compiled kernel admits
+   fewer work-items than planned. The caller holds ctx->lock. */
+static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl_tile_plan *plan, cl_kernel *kernel) {
+  size_t kernel_limit = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (fcl_plan_forward(&ctx->caps, d, dtype, kernel_limit, plan) != 0)
+      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", ctx->caps.device_name, plan->reason);
+    char defines[512];
+    portable_defines(plan, dtype, defines, sizeof defines);
+    fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
+    if (st) return st;
+    size_t wg = 0;
+    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
+    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
+    kernel_limit = wg;
+  }
+  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the forward kernel for head_dim %d admits too few work-items on %s", d,
+                  ctx->caps.device_name);
+}
+
+fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
+  fcl_status st = portable_forward(ctx, (int)p->d, p->dtype, plan, kernel);
+  if (!st && (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
+    snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason),
+             "; portable only by request");
+  return st;
+}
+
+static fcl_status enqueue_portable(cl_command_queue queue, const fcl_problem *p,
+                                   const fcl_tile_plan *t, cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v,
+                                   cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait, cl_event *event) {
+  cl_uint a = 0;
+  const cl_mem bufs[5] = {q, k, v, o, lse};
+  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), bufs[i] ? &bufs[i] : NULL));
+  const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+  const int64_t offsets[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
+  for (int i = 0; i < 4; ++i) {
+    cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
+    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &vals[j]));
+  }
+  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
+  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
+  const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br);
+  const size_t global[3] = {blocks * (size_t)t->wg, (size_t)p->heads, (size_t)p->batch};
+  const size_t local[3] = {(size_t)t->wg, 1, 1};
+  FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, event));
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                                 const cl_event *wait, cl_event *event) {
+  fcl_problem p;
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  if (st) return st;
+  pthread_mutex_lock(&ctx->lock);
+  fcl_tile_plan plan;
+  cl_kernel kernel;
+  st = fcl_select_forward(ctx, &p, &plan, &kernel);
+  if (!st) st = enqueue_portable(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
+
+fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
+                             fcl_plan_info *out) {
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
+  if (op != FCL_OP_FORWARD)
+    return fcl_fail(FCL_ERROR_UNSUPPORTED, "fcl_describe_plan: operation %d has no plan to describe", (int)op);
+  fcl_problem p;
+  fcl_status st = fcl_resolve_problem(desc, &p);
+  if (st) return st;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&ctx->lock);
+  fcl_tile_plan plan;
+  cl_kernel kernel;
+  st = fcl_select_forward(ctx, &p, &plan, &kernel);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st) return st;
+  snprintf(out->kernel, sizeof out->kernel, "%s", plan.kernel == FCL_KERNEL_NVIDIA_MMA ? "nvidia_mma" : "portable");
+  snprintf(out->reason, sizeof out->reason, "%s", plan.reason);
+  out->block_q = plan.br;
+  out->block_k = plan.bc;
+  out->work_group_size = plan.wg;
+  out->local_mem_bytes = plan.local_bytes;
+  out->work_groups = (size_t)((p.nq + plan.br - 1) / plan.br) * (size_t)p.heads * (size_t)p.batch;
+  return FCL_SUCCESS;
+}

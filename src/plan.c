@@ -1,0 +1,71 @@
+/* Tiling plans: a pure function of the device's capabilities and the problem's head_dim and dtype.
+ * Every plan returned fits the device's local memory and work-group limits. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+size_t fcl_forward_local_bytes(const fcl_tile_plan *p) {
+  /* Q tile [br][ds], one K-or-V tile [bc][ds], P tile [br][bc+1], row max and sum partials [br][tc]. */
+  size_t floats = (size_t)p->br * p->ds + (size_t)p->bc * p->ds + (size_t)p->br * (p->bc + 1) +
+                  2 * (size_t)p->br * p->tc;
+  return floats * sizeof(float);
+}
+
+/* Per work-item register budget in floats for the O accumulator plus the S block. */
+#define FCL_REGISTER_BUDGET 96
+
+int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
+                     fcl_tile_plan *out) {
+  (void)dtype; /* tiles hold float whatever the storage type */
+  memset(out, 0, sizeof *out);
+  out->kernel = FCL_KERNEL_PORTABLE;
+  out->head_dim = head_dim;
+  if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM) {
+    snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
+    return -1;
+  }
+  size_t max_wg = caps->max_work_group_size;
+  if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
+  if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
+  const size_t local_limit = (size_t)caps->local_mem_size;
+
+  /* Wider tc keeps each work-item's O slice (dn columns) short; 128 work-items per group is a
+     good default on GPUs and harmless on CPUs, where a work-group runs as one loop. */
+  const int tc_first = head_dim >= 64 ? 16 : head_dim >= 16 ? 8 : 4;
+  static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+  for (int tc = tc_first; tc >= 1; tc /= 2) {
+    const int dp = (head_dim + tc - 1) / tc * tc;
+    for (int tr = 128 / tc; tr >= 1; tr /= 2) {
+      if ((size_t)tr * tc > max_wg) continue;
+      for (int pad = 1; pad >= 0; --pad) {
+        for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
+          fcl_tile_plan p = *out;
+          p.tc = tc;
+          p.tr = tr;
+          p.dp = dp;
+          p.dn = dp / tc;
+          p.ds = dp + pad;
+          p.rm = rm_rn[i][0];
+          p.rn = rm_rn[i][1];
+          p.br = tr * p.rm;
+          p.bc = tc * p.rn;
+          p.wg = tr * tc;
+          if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;
+          p.local_bytes = fcl_forward_local_bytes(&p);
+          if (p.local_bytes > local_limit) continue;
+          snprintf(p.reason, sizeof p.reason,
+                   "largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
+                   "each %d rows x %d keys, %d output columns",
+                   local_limit, max_wg, tr, tc, p.rm, p.rn, p.dn);
+          *out = p;
+          return 0;
+        }
+      }
+    }
+  }
+  snprintf(out->reason, sizeof out->reason,
+           "no tiling of head_dim %d fits %zu B of local memory and %zu work-items", head_dim, local_limit,
+           max_wg);
+  return -1;
+}

@@ -1,0 +1,83 @@
+#include "forward_check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double forward_tolerance(fcl_dtype t) {
+  return t == FCL_DTYPE_F32 ? FWD_TOL_F32 : t == FCL_DTYPE_F16 ? FWD_TOL_F16 : FWD_TOL_BF16;
+}
+
+void describe_case(const fwd_case *c, char *out, size_t size) {
+  static const char *layouts[] = {"bhnd", "bnhd", "padded"};
+  snprintf(out, size, "B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s %s%s", c->b, c->h, c->hkv ? c->hkv : c->h,
+           c->nq, c->nk, c->d, dtype_name(c->dtype), c->causal ? " causal" : "", layouts[c->layout],
+           c->scale != 0.0f ? " scale" : "");
+}
+
+int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, fwd_fn fn, const char *label) {
+  char what[200];
+  describe_case(c, what, sizeof what);
+  const long long hkv = c->hkv ? c->hkv : c->h;
+  test_tensor q, k, v, o;
+  int setup = tensor_create(env, &q, c->b, c->h, c->nq, c->d, c->layout, c->dtype, 1) |
+              tensor_create(env, &k, c->b, hkv, c->nk, c->d, c->layout, c->dtype, 1) |
+              tensor_create(env, &v, c->b, hkv, c->nk, c->d, c->layout, c->dtype, 1) |
+              tensor_create(env, &o, c->b, c->h, c->nq, c->d, c->layout, c->dtype, 0);
+  const size_t nrows = (size_t)(c->b * c->h * c->nq);
+  cl_mem lse = c->with_lse ? create_float_buffer(env, nrows, NAN) : NULL;
+  int result = 1;
+  if (setup || (c->with_lse && !lse)) {
+    check(0, "%s %s: could not allocate test buffers", label, what);
+    goto out;
+  }
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
+  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d;
+  desc.dtype = c->dtype, desc.scale = c->scale, desc.causal = c->causal;
+  tensor_to_desc(&q, desc.q_stride, &desc.q_offset);
+  tensor_to_desc(&k, desc.k_stride, &desc.k_offset);
+  tensor_to_desc(&v, desc.v_stride, &desc.v_offset);
+  tensor_to_desc(&o, desc.o_stride, &desc.o_offset);
+
+  cl_event ev = NULL;
+  fcl_status st = fn(env->fcl, queue, &desc, q.buf, k.buf, v.buf, o.buf, lse, 0, NULL, &ev);
+  if (st == FCL_ERROR_UNSUPPORTED) {
+    skip("%s %s: %s", label, what, fcl_last_error());
+    result = 2;
+    goto out;
+  }
+  if (st != FCL_SUCCESS) {
+    check(0, "%s %s: %s: %s", label, what, fcl_status_string(st), fcl_last_error());
+    goto out;
+  }
+  clWaitForEvents(1, &ev);
+  clReleaseEvent(ev);
+  double *ref_o = malloc(nrows * (size_t)c->d * sizeof(double));
+  double *ref_lse = malloc(nrows * sizeof(double));
+  float *got_lse = malloc(nrows * sizeof(float));
+  reference_forward(&desc, q.host, k.host, v.host, ref_o, ref_lse);
+  int read_ok = tensor_read(env, &o) == 0 && (!lse || read_floats(env, lse, got_lse, nrows) == 0);
+  double max_abs = 0, lse_max = 0;
+  double rel = read_ok ? rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs) : INFINITY;
+  if (lse && read_ok) rel_error(got_lse, ref_lse, nrows, &lse_max);
+  const double tol = forward_tolerance(c->dtype);
+  const int ok = read_ok && rel <= tol && (!lse || lse_max <= FWD_TOL_LSE);
+  if (lse)
+    check(ok, "%s %s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e)", label, what, rel, tol,
+          max_abs, lse_max, FWD_TOL_LSE);
+  else
+    check(ok, "%s %s: rel %.2e (bound %.1e) max abs %.2e", label, what, rel, tol, max_abs);
+  result = ok ? 0 : 1;
+  free(ref_o);
+  free(ref_lse);
+  free(got_lse);
+out:
+  tensor_release(&q);
+  tensor_release(&k);
+  tensor_release(&v);
+  tensor_release(&o);
+  if (lse) clReleaseMemObject(lse);
+  return result;
+}

@@ -1,0 +1,33 @@
+/* One forward case checked end to end against the float64 host reference: fresh random inputs, outputs
+ * poisoned with NaN, O and lse compared with the per-dtype bounds below. */
+#ifndef FLASHCL_FORWARD_CHECK_H
+#define FLASHCL_FORWARD_CHECK_H
+
+#include "test_util.h"
+
+typedef struct fwd_case {
+  long long b, h, hkv, nq, nk, d; /* hkv 0: = h */
+  fcl_dtype dtype;
+  int causal;
+  int layout;  /* LAYOUT_* for q, k, v and o alike */
+  float scale; /* 0: default */
+  int with_lse;
+} fwd_case;
+
+/* ||o - ref|| / ||ref|| bounds: float32 arithmetic, and the storage rounding of the output for f16/bf16. */
+#define FWD_TOL_F32 1e-5
+#define FWD_TOL_F16 2e-3
+#define FWD_TOL_BF16 1.6e-2
+/* lse is float32 whatever the dtype: max abs error bound. */
+#define FWD_TOL_LSE 1e-4
+
+double forward_tolerance(fcl_dtype t);
+void describe_case(const fwd_case *c, char *out, size_t size);
+
+/* Runs the case through fn (fcl_attention_forward or fcl_attention_reference) and reports one check
+   line. Returns 0 pass, 1 fail, 2 skipped because the device does not support it. */
+typedef fcl_status (*fwd_fn)(fcl_context *, cl_command_queue, const fcl_attention_desc *, cl_mem, cl_mem, cl_mem,
+                             cl_mem, cl_mem, cl_uint, const cl_event *, cl_event *);
+int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, fwd_fn fn, const char *label);
+
+#endif

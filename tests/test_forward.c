@@ -1,0 +1,78 @@
+/* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
+ * alignment, GQA/MQA, strided layouts and the optional lse.
+ * Usage: test_forward [--small]
+ *   --small      a few small cases (for Oclgrind, which simulates every work-item) */
+#include "forward_check.h"
+
+#include <string.h>
+
+static const fcl_dtype dtypes[3] = {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16};
+
+static int add(fwd_case *list, int n, fwd_case c) {
+  list[n] = c;
+  return n + 1;
+}
+
+static int small_cases(fwd_case *list) {
+  int n = 0;
+  n = add(list, n, (fwd_case){1, 2, 0, 17, 17, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1});
+  n = add(list, n, (fwd_case){2, 2, 1, 5, 9, 40, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1});
+  n = add(list, n, (fwd_case){1, 4, 2, 9, 3, 24, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 1}); /* rows with no key */
+  n = add(list, n, (fwd_case){1, 1, 0, 3, 20, 7, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0.3f, 0});
+  return n;
+}
+
+static int full_cases(fwd_case *list) {
+  int n = 0;
+  static const long long head_dims[] = {16, 40, 64, 80, 96, 128, 256};
+  for (int t = 0; t < 3; ++t)
+    for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; ++i)
+      n = add(list, n, (fwd_case){2, 3, 0, 127, 127, head_dims[i], dtypes[t], (int)(i % 2), LAYOUT_BHND, 0, 1});
+  static const long long seqlens[] = {1, 2, 17, 127, 1000, 1023};
+  for (size_t i = 0; i < sizeof seqlens / sizeof seqlens[0]; ++i)
+    for (int causal = 0; causal < 2; ++causal)
+      n = add(list, n, (fwd_case){1, 2, 0, seqlens[i], seqlens[i], 64, FCL_DTYPE_F32, causal, LAYOUT_BHND, 0, 1});
+  /* Causal with Nq < Nk (bottom-right aligned) and Nq > Nk (leading rows see no key). */
+  n = add(list, n, (fwd_case){1, 2, 0, 17, 1000, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1});
+  n = add(list, n, (fwd_case){1, 2, 0, 1000, 17, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1});
+  n = add(list, n, (fwd_case){1, 2, 0, 1, 1023, 128, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1});
+  n = add(list, n, (fwd_case){1, 2, 0, 1023, 2, 128, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1});
+  n = add(list, n, (fwd_case){2, 2, 0, 127, 1000, 80, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1});
+  /* GQA 8:1 and MQA, batch > 1. */
+  for (int t = 0; t < 3; ++t) {
+    n = add(list, n, (fwd_case){2, 16, 2, 130, 130, 64, dtypes[t], t % 2, LAYOUT_BHND, 0, 1});
+    n = add(list, n, (fwd_case){3, 8, 1, 65, 200, 128, dtypes[t], 1, LAYOUT_BHND, 0, 1});
+  }
+  /* Strided layouts and offsets, with a caller-given scale. */
+  for (int t = 0; t < 3; ++t) {
+    n = add(list, n, (fwd_case){2, 4, 0, 100, 100, 64, dtypes[t], 1, LAYOUT_BNHD, 0, 1});
+    n = add(list, n, (fwd_case){2, 4, 2, 77, 131, 96, dtypes[t], 0, LAYOUT_PADDED, 0.05f, 1});
+  }
+  /* Odd head dims, lse not requested. */
+  static const long long odd_dims[] = {1, 3, 7, 33, 65, 129, 255};
+  for (size_t i = 0; i < sizeof odd_dims / sizeof odd_dims[0]; ++i)
+    n = add(list, n, (fwd_case){1, 2, 0, 45, 61, odd_dims[i], dtypes[i % 3], (int)(i % 2), LAYOUT_BHND, 0, 0});
+  /* Scores large enough that a softmax without max subtraction would overflow. */
+  n = add(list, n, (fwd_case){1, 2, 0, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 30.0f, 1});
+  return n;
+}
+
+int main(int argc, char **argv) {
+  int small = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--small")) small = 1;
+    else {
+      fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+      return 2;
+    }
+  }
+  test_seed();
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+  fwd_case cases[128];
+  const int count = small ? small_cases(cases) : full_cases(cases);
+  for (int i = 0; i < count; ++i)
+    run_forward_case(&env, env.queue, &cases[i], fcl_attention_forward, "forward");
+  test_close(&env);
+  return test_summary("test_forward");
+}

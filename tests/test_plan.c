@@ -1,0 +1,74 @@
+/* The planner over made-up devices: every plan it returns fits local memory and the work-group limits,
+ * its shape is self-consistent, and every head_dim 1..256 gets a plan on each device. */
+#include "internal.h"
+#include "test_util.h"
+
+#include <string.h>
+
+static int consistent(const fcl_tile_plan *p, const fcl_device_caps *caps) {
+  return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && p->br == p->tr * p->rm &&
+         p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim && p->dp < p->head_dim + p->tc &&
+         p->ds >= p->dp && p->local_bytes == fcl_forward_local_bytes(p) && p->local_bytes <= caps->local_mem_size &&
+         (size_t)p->wg <= caps->max_work_group_size && (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
+}
+
+int main(void) {
+  static const cl_ulong locals[] = {16 << 10, 32 << 10, 48 << 10, 64 << 10, 512 << 10};
+  static const size_t wgs[] = {256, 1024, 4096};
+  static const fcl_dtype dtypes[] = {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16};
+  for (size_t li = 0; li < sizeof locals / sizeof locals[0]; ++li)
+    for (size_t wi = 0; wi < sizeof wgs / sizeof wgs[0]; ++wi) {
+      fcl_device_caps caps;
+      memset(&caps, 0, sizeof caps);
+      caps.local_mem_size = locals[li];
+      caps.max_work_group_size = wgs[wi];
+      caps.max_work_item_size0 = wgs[wi];
+      caps.preferred_multiple = 32;
+      caps.is_gpu = 1;
+      int planned = 0, fits = 1, bad_d = 0;
+      for (int d = 1; d <= FCL_MAX_HEAD_DIM; ++d)
+        for (int t = 0; t < 3; ++t) {
+          fcl_tile_plan p;
+          if (fcl_plan_forward(&caps, d, dtypes[t], 0, &p) != 0) {
+            fits = 0;
+            bad_d = d;
+            continue;
+          }
+          ++planned;
+          if (!consistent(&p, &caps)) {
+            fits = 0;
+            bad_d = d;
+          }
+        }
+      check(fits && planned == 3 * FCL_MAX_HEAD_DIM,
+            "%llu B local, %zu work-items: %d plans, all fit and are consistent%s", (unsigned long long)locals[li],
+            wgs[wi], planned, fits ? "" : " (first bad head_dim below)");
+      if (!fits) printf("     head_dim %d\n", bad_d);
+    }
+
+  /* The kernel's own work-group limit is honoured. */
+  fcl_device_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.local_mem_size = 48 << 10;
+  caps.max_work_group_size = caps.max_work_item_size0 = 1024;
+  fcl_tile_plan p;
+  int ok = fcl_plan_forward(&caps, 128, FCL_DTYPE_F16, 64, &p) == 0 && p.wg <= 64;
+  check(ok, "kernel work-group limit 64 gives a plan of %d work-items", p.wg);
+
+  /* Head dims outside 1..256 and a device without room get no plan, and say why. */
+  check(fcl_plan_forward(&caps, 0, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 0: %s", p.reason);
+  check(fcl_plan_forward(&caps, 257, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 257: %s", p.reason);
+  caps.local_mem_size = 512;
+  check(fcl_plan_forward(&caps, 256, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "512 B of local memory: %s",
+        p.reason);
+
+  /* A 48 KiB GPU at head_dim 64 and 128 gets the large tiles the kernel is fast with. */
+  caps.local_mem_size = 48 << 10;
+  fcl_plan_forward(&caps, 128, FCL_DTYPE_F32, 0, &p);
+  check(p.br >= 32 && p.bc >= 32, "48 KiB, head_dim 128: %dx%d tiles, %d work-items, %zu B", p.br, p.bc, p.wg,
+        p.local_bytes);
+  fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p);
+  check(p.br >= 32 && p.bc >= 32, "48 KiB, head_dim 64: %dx%d tiles, %d work-items, %zu B", p.br, p.bc, p.wg,
+        p.local_bytes);
+  return test_summary("test_plan");
+}
