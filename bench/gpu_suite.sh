@@ -8,4 +8,6 @@ mkdir -p "$out"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
 cmake --build build-gpu -j 16 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 cd build-gpu
-ctest --output-on-failure -E oclgrind ${1:+-R "$1"} 2>&1 | tee "$out/ctest.log" | tail -25
+ctest -V -E oclgrind ${1:+-R "$1"} >"$out/ctest.log" 2>&1; status=$?
+grep -E "^(FAIL|skip)|device:|passed, .* failed" "$out/ctest.log" | sort | uniq -c | tail -40
+exit $status
