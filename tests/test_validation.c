@@ -1,1 +1,204 @@
-int main(void){return 0;}
+/* Every validation rule of fcl_context_create and fcl_attention_forward: the exact status, a message
+ * naming the problem, nothing enqueued (the output stays poisoned) and *event left untouched. */
+#include "forward_check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  test_env *env;
+  fcl_attention_desc desc;
+  test_tensor q, k, v, o;
+  cl_mem lse;
+} fixture;
+
+static fixture fx;
+
+static void reset_desc(void) {
+  memset(&fx.desc, 0, sizeof fx.desc);
+  fx.desc.batch = 2, fx.desc.num_heads = 4, fx.desc.num_kv_heads = 2;
+  fx.desc.seqlen_q = 9, fx.desc.seqlen_k = 11, fx.desc.head_dim = 16;
+  fx.desc.dtype = FCL_DTYPE_F32;
+}
+
+static int output_untouched(void) {
+  if (tensor_read(fx.env, &fx.o)) return 0;
+  for (size_t i = 0; i < (size_t)(fx.o.b * fx.o.h * fx.o.n * fx.o.d); ++i)
+    if (!isnan(fx.o.host[i])) return 0;
+  return 1;
+}
+
+/* Calls forward with the current fixture (buffers overridable) and checks status, message, no effect. */
+static void expect(fcl_status want, const char *what, fcl_context *ctx, cl_command_queue queue, cl_mem q, cl_mem k,
+                   cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait,
+                   const char *must_mention) {
+  cl_event sentinel = (cl_event)(uintptr_t)0x1234;
+  cl_event ev = sentinel;
+  fcl_status st = fcl_attention_forward(ctx, queue, &fx.desc, q, k, v, o, lse, num_wait, wait, &ev);
+  const char *msg = fcl_last_error();
+  int mentions = must_mention == NULL || strstr(msg, must_mention) != NULL;
+  check(st == want && strlen(msg) > 0 && mentions && ev == sentinel && output_untouched(), "%s -> %s: \"%s\"", what,
+        fcl_status_string(st), msg);
+  if (st == FCL_SUCCESS && ev != sentinel) clReleaseEvent(ev);
+}
+
+#define EXPECT_DESC(want, what, field, statement) \
+  do {                                            \
+    reset_desc();                                 \
+    statement;                                    \
+    expect(want, what, fx.env->fcl, fx.env->queue, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0, NULL, field); \
+  } while (0)
+
+int main(void) {
+  test_seed();
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+  fx.env = &env;
+  reset_desc();
+  if (tensor_create(&env, &fx.q, 2, 4, 9, 16, LAYOUT_BHND, FCL_DTYPE_F32, 1) ||
+      tensor_create(&env, &fx.k, 2, 2, 11, 16, LAYOUT_BHND, FCL_DTYPE_F32, 1) ||
+      tensor_create(&env, &fx.v, 2, 2, 11, 16, LAYOUT_BHND, FCL_DTYPE_F32, 1) ||
+      tensor_create(&env, &fx.o, 2, 4, 9, 16, LAYOUT_BHND, FCL_DTYPE_F32, 0) ||
+      !(fx.lse = create_float_buffer(&env, 2 * 4 * 9, NAN)))
+    return 1;
+  test_env *e = &env;
+
+  /* The descriptor, field by field. */
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "batch 0", "batch", fx.desc.batch = 0);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "batch -1", "batch", fx.desc.batch = -1);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "num_heads 0", "num_heads", fx.desc.num_heads = 0);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "num_kv_heads -2", "num_kv_heads", fx.desc.num_kv_heads = -2);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "num_kv_heads 3 of 4", "num_kv_heads", fx.desc.num_kv_heads = 3);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "seqlen_q 0", "seqlen_q", fx.desc.seqlen_q = 0);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "seqlen_k 0", "seqlen_k", fx.desc.seqlen_k = 0);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "head_dim 0", "head_dim", fx.desc.head_dim = 0);
+  EXPECT_DESC(FCL_ERROR_UNSUPPORTED, "head_dim 257", "head_dim", fx.desc.head_dim = 257);
+  EXPECT_DESC(FCL_ERROR_UNSUPPORTED, "seqlen_q 2^40", "seqlen_q", fx.desc.seqlen_q = 1ll << 40);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "dtype 7", "dtype", fx.desc.dtype = (fcl_dtype)7);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale -1", "scale", fx.desc.scale = -1.0f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale NaN", "scale", fx.desc.scale = NAN);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "causal 2", "causal", fx.desc.causal = 2);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative stride", "q_stride[1]",
+              (fx.desc.q_stride[0] = 576, fx.desc.q_stride[1] = -1, fx.desc.q_stride[2] = 16));
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative offset", "k_offset", fx.desc.k_offset = -4);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "overlapping output rows", "o_stride[2]",
+              (fx.desc.o_stride[0] = 576, fx.desc.o_stride[1] = 144, fx.desc.o_stride[2] = 8));
+
+  /* Buffers that are too small for the descriptor's sizes, strides or offsets. */
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "q one head too many", "q", fx.desc.num_heads = 8);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "k seqlen past the buffer", "k is too small", fx.desc.seqlen_k = 12);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "v offset past the buffer", "v is too small", fx.desc.v_offset = 1);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "o stride past the buffer", "o is too small",
+              (fx.desc.o_stride[0] = 1000, fx.desc.o_stride[1] = 144, fx.desc.o_stride[2] = 16));
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "huge stride", "stride",
+              (fx.desc.q_stride[0] = 1ll << 62, fx.desc.q_stride[1] = 144, fx.desc.q_stride[2] = 16));
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "f32 buffers described as f16 but too few", "lse",
+              (fx.desc.dtype = FCL_DTYPE_F16, fx.desc.seqlen_q = 18));
+
+  /* NULLs, aliasing, foreign objects, wait lists. */
+  reset_desc();
+  expect(FCL_ERROR_INVALID_ARGUMENT, "ctx NULL", NULL, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0,
+         NULL, "ctx");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "queue NULL", e->fcl, NULL, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0,
+         NULL, "queue");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "q NULL", e->fcl, e->queue, NULL, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0, NULL,
+         "q is NULL");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "k NULL", e->fcl, e->queue, fx.q.buf, NULL, fx.v.buf, fx.o.buf, fx.lse, 0, NULL,
+         "k is NULL");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "v NULL", e->fcl, e->queue, fx.q.buf, fx.k.buf, NULL, fx.o.buf, fx.lse, 0, NULL,
+         "v is NULL");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "o NULL", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, NULL, fx.lse, 0, NULL,
+         "o is NULL");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "o aliases q", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, fx.q.buf, fx.lse,
+         0, NULL, "alias");
+  cl_mem small_lse = create_float_buffer(e, 2 * 4 * 9 - 1, NAN);
+  expect(FCL_ERROR_INVALID_ARGUMENT, "lse too small", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf,
+         small_lse, 0, NULL, "lse");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "wait list count without list", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf,
+         fx.o.buf, fx.lse, 1, NULL, "num_wait");
+  cl_event null_event = NULL;
+  expect(FCL_ERROR_INVALID_ARGUMENT, "wait list with a NULL event", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf,
+         fx.o.buf, fx.lse, 1, &null_event, "wait[0]");
+  fcl_status st = fcl_attention_forward(e->fcl, e->queue, NULL, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, NULL, 0, NULL,
+                                        NULL);
+  check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "desc"), "desc NULL -> %s: \"%s\"",
+        fcl_status_string(st), fcl_last_error());
+
+  /* Objects of another cl_context. */
+  cl_int err;
+  cl_context other = clCreateContext(NULL, 1, &e->device, NULL, NULL, &err);
+  cl_command_queue other_queue = clCreateCommandQueue(other, e->device, 0, &err);
+  cl_mem other_buf = clCreateBuffer(other, CL_MEM_READ_WRITE, fx.k.elems * 4, NULL, &err);
+  expect(FCL_ERROR_INVALID_ARGUMENT, "queue of another context", e->fcl, other_queue, fx.q.buf, fx.k.buf, fx.v.buf,
+         fx.o.buf, fx.lse, 0, NULL, "queue belongs to another");
+  expect(FCL_ERROR_INVALID_ARGUMENT, "k of another context", e->fcl, e->queue, fx.q.buf, other_buf, fx.v.buf,
+         fx.o.buf, fx.lse, 0, NULL, "k belongs to another");
+
+  /* fcl_context_create. */
+  fcl_context *ctx = (fcl_context *)(uintptr_t)1;
+  st = fcl_context_create(NULL, e->device, NULL, &ctx);
+  check(st == FCL_ERROR_INVALID_ARGUMENT && ctx == NULL && strstr(fcl_last_error(), "context"),
+        "fcl_context_create(NULL context) -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+  st = fcl_context_create(e->context, NULL, NULL, &ctx);
+  check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "device"),
+        "fcl_context_create(NULL device) -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+  st = fcl_context_create(e->context, e->device, NULL, NULL);
+  check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "out"),
+        "fcl_context_create(NULL out) -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+  fcl_context_release(NULL);
+  check(1, "fcl_context_release(NULL) is a no-op");
+  check(strcmp(fcl_status_string((fcl_status)99), "unknown fcl_status") == 0 &&
+            strcmp(fcl_status_string(FCL_ERROR_BUILD), "FCL_ERROR_BUILD") == 0,
+        "fcl_status_string names every status and survives bad values");
+
+  /* A kernel that does not compile: FCL_ERROR_BUILD with the build log, nothing enqueued. */
+  char dir[] = "/tmp/flashcl-broken-XXXXXX";
+  if (mkdtemp(dir)) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/common.cl", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fputs("this is not OpenCL C;\n", f);
+      fclose(f);
+    }
+    char path2[512];
+    snprintf(path2, sizeof path2, "%s/flash_fwd.cl", dir);
+    if ((f = fopen(path2, "w"))) fclose(f);
+    setenv("FLASHCL_KERNEL_DIR", dir, 1);
+    fcl_context *broken = NULL;
+    fcl_context_options opts = {"", NULL, 0};
+    fcl_context_create(e->context, e->device, &opts, &broken);
+    reset_desc();
+    expect(FCL_ERROR_BUILD, "kernel source that does not compile", broken, e->queue, fx.q.buf, fx.k.buf, fx.v.buf,
+           fx.o.buf, fx.lse, 0, NULL, "common.cl");
+    unsetenv("FLASHCL_KERNEL_DIR");
+    fcl_context_release(broken);
+    remove(path);
+    remove(path2);
+    rmdir(dir);
+  }
+
+  /* And the fixture itself is valid: the same call succeeds. */
+  reset_desc();
+  cl_event ev = NULL;
+  st = fcl_attention_forward(e->fcl, e->queue, &fx.desc, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0, NULL, &ev);
+  check(st == FCL_SUCCESS && ev != NULL, "the unmodified fixture runs: %s", fcl_status_string(st));
+  if (ev) {
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+  }
+
+  clReleaseMemObject(small_lse);
+  clReleaseMemObject(other_buf);
+  clReleaseCommandQueue(other_queue);
+  clReleaseContext(other);
+  tensor_release(&fx.q);
+  tensor_release(&fx.k);
+  tensor_release(&fx.v);
+  tensor_release(&fx.o);
+  clReleaseMemObject(fx.lse);
+  test_close(&env);
+  return test_summary("test_validation");
+}
