@@ -5,13 +5,23 @@
  * online softmax's running max and sum per row. Work-items form a TR x TC grid: work-item (tr, tc)
  * computes S for rows tr*RM.. and key columns tc, tc+TC, .., and O for the same rows and output
  * columns tc, tc+TC, .. (strided, so neighbouring work-items touch neighbouring addresses).
+ * S = Q K^T reads Q and K rows four floats at a time; P V reads P rows four at a time.
  *
- * Defines (all from plan.c): D head_dim, DP D padded to a multiple of TC, DS local row stride,
- * BR, BC, TR, TC, RM, RN, DN. Tails beyond seqlen_q, seqlen_k and D are zero-filled in local memory
- * and never written back.
+ * Defines (all from plan.c): D head_dim; DP, D padded to a multiple of TC and of 4; DS, the local row
+ * stride of Q/K/V (a multiple of 4, and 4 mod 8 where room allows, so eight consecutive rows fall in
+ * distinct banks); BR, BC, TR, TC, RM, RN, DN. Tails beyond seqlen_q, seqlen_k and D are zero-filled
+ * in local memory and never written back.
  */
 #define WG (TR * TC)
-#define PS (BC + 1) /* P row stride: odd, so work-items of different rows hit different banks */
+#define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
+
+/* Cooperative load of `rows` rows from global rows row0.. into a local [rows][DS] tile, zero-filled
+   beyond n rows and beyond D columns; optionally scaled. */
+#define LOAD_TILE(dst, src, stride, row0, rows, n, mul)                                          \
+  for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
+    const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
+    dst[r_ * DS + c_] = ((row0) + r_ < (n) && c_ < D) ? LOAD(src, ((row0) + r_) * (stride) + c_) * (mul) : 0.0f; \
+  }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
@@ -21,11 +31,14 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long v_off, long v_sb, long v_sh, long v_sn,
                long o_off, long o_sb, long o_sh, long o_sn,
                int num_heads, int group, int nq, int nk, int causal, float scale) {
-  __local float Qs[BR * DS];
-  __local float KVs[BC * DS];
-  __local float Ps[BR * PS];
+  __local float4 Qs4[BR * DS / 4];
+  __local float4 KVs4[BC * DS / 4];
+  __local float4 Ps4[BR * PS / 4];
   __local float Rmax[BR * TC];
   __local float Rsum[BR * TC];
+  __local float *Qs = (__local float *)Qs4;
+  __local float *KVs = (__local float *)KVs4;
+  __local float *Ps = (__local float *)Ps4;
 
   const int lid = get_local_id(0);
   const int tc = lid % TC;
@@ -41,13 +54,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   o += o_off + b * o_sb + h * o_sh;
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
-  const float qscale = scale * FCL_LOG2E;
-  for (int i = lid; i < BR * DP; i += WG) {
-    const int r = i / DP, c = i % DP;
-    float x = 0.0f;
-    if (q0 + r < nq && c < D) x = LOAD(q, (q0 + r) * q_sn + c) * qscale;
-    Qs[r * DS + c] = x;
-  }
+  LOAD_TILE(Qs, q, q_sn, q0, BR, nq, scale * FCL_LOG2E);
 
   float m[RM], l[RM], acc[RM][DN];
   for (int i = 0; i < RM; ++i) {
@@ -62,21 +69,23 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
 
   for (int k0 = 0; k0 < kv_end; k0 += BC) {
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
-    for (int i = lid; i < BC * DP; i += WG) {
-      const int r = i / DP, c = i % DP;
-      KVs[r * DS + c] = (k0 + r < nk && c < D) ? LOAD(k, (k0 + r) * k_sn + c) : 0.0f;
-    }
+    LOAD_TILE(KVs, k, k_sn, k0, BC, nk, 1.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float s[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
-    for (int d = 0; d < DP; ++d) {
-      float kd[RN];
-      for (int j = 0; j < RN; ++j) kd[j] = KVs[(tc + j * TC) * DS + d];
+    for (int d4 = 0; d4 < DP / 4; ++d4) {
+      float4 kd[RN];
+      for (int j = 0; j < RN; ++j) kd[j] = KVs4[(tc + j * TC) * (DS / 4) + d4];
       for (int i = 0; i < RM; ++i) {
-        const float qd = Qs[(tr * RM + i) * DS + d];
-        for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
+        const float4 qd = Qs4[(tr * RM + i) * (DS / 4) + d4];
+        for (int j = 0; j < RN; ++j) {
+          s[i][j] = fma(qd.x, kd[j].x, s[i][j]);
+          s[i][j] = fma(qd.y, kd[j].y, s[i][j]);
+          s[i][j] = fma(qd.z, kd[j].z, s[i][j]);
+          s[i][j] = fma(qd.w, kd[j].w, s[i][j]);
+        }
       }
     }
 
@@ -110,10 +119,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-    for (int i = lid; i < BC * DP; i += WG) {
-      const int r = i / DP, c = i % DP;
-      KVs[r * DS + c] = (k0 + r < nk && c < D) ? LOAD(v, (k0 + r) * v_sn + c) : 0.0f;
-    }
+    LOAD_TILE(KVs, v, v_sn, k0, BC, nk, 1.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
@@ -123,12 +129,17 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       l[i] = l[i] * alpha[i] + sum;
       for (int n = 0; n < DN; ++n) acc[i][n] *= alpha[i];
     }
-    for (int c = 0; c < BC; ++c) {
-      float vc[DN];
-      for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
-      for (int i = 0; i < RM; ++i) {
-        const float p = Ps[(tr * RM + i) * PS + c];
-        for (int n = 0; n < DN; ++n) acc[i][n] = fma(p, vc[n], acc[i][n]);
+    for (int c4 = 0; c4 < BC / 4; ++c4) {
+      float4 p4[RM];
+      for (int i = 0; i < RM; ++i) p4[i] = Ps4[(tr * RM + i) * (PS / 4) + c4];
+      for (int cc = 0; cc < 4; ++cc) {
+        const int c = c4 * 4 + cc;
+        float vc[DN];
+        for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
+        for (int i = 0; i < RM; ++i) {
+          const float p = cc == 0 ? p4[i].x : cc == 1 ? p4[i].y : cc == 2 ? p4[i].z : p4[i].w;
+          for (int n = 0; n < DN; ++n) acc[i][n] = fma(p, vc[n], acc[i][n]);
+        }
       }
     }
   }

@@ -6,8 +6,8 @@
 #include <string.h>
 
 size_t fcl_forward_local_bytes(const fcl_tile_plan *p) {
-  /* Q tile [br][ds], one K-or-V tile [bc][ds], P tile [br][bc+1], row max and sum partials [br][tc]. */
-  size_t floats = (size_t)p->br * p->ds + (size_t)p->bc * p->ds + (size_t)p->br * (p->bc + 1) +
+  /* Q tile [br][ds], one K-or-V tile [bc][ds], P tile [br][bc+4], row max and sum partials [br][tc]. */
+  size_t floats = (size_t)p->br * p->ds + (size_t)p->bc * p->ds + (size_t)p->br * (p->bc + 4) +
                   2 * (size_t)p->br * p->tc;
   return floats * sizeof(float);
 }
@@ -35,21 +35,26 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
   const int tc_first = head_dim >= 64 ? 16 : head_dim >= 16 ? 8 : 4;
   static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
   for (int tc = tc_first; tc >= 1; tc /= 2) {
-    const int dp = (head_dim + tc - 1) / tc * tc;
+    /* The kernel reads rows four floats at a time: dp is a multiple of 4 and of tc; bc too. */
+    const int unit = tc > 4 ? tc : 4;
+    const int dp = (head_dim + unit - 1) / unit * unit;
     for (int tr = 128 / tc; tr >= 1; tr /= 2) {
       if ((size_t)tr * tc > max_wg) continue;
-      for (int pad = 1; pad >= 0; --pad) {
+      for (int pad = 4; pad >= 0; pad -= 4) {
         for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
           fcl_tile_plan p = *out;
           p.tc = tc;
           p.tr = tr;
           p.dp = dp;
           p.dn = dp / tc;
-          p.ds = dp + pad;
+          /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
+          p.ds = dp + (dp % 8 == 0 ? pad : 0);
+          if (pad == 0 && p.ds == dp && dp % 8 != 0) continue; /* already tried as the padded case */
           p.rm = rm_rn[i][0];
           p.rn = rm_rn[i][1];
           p.br = tr * p.rm;
           p.bc = tc * p.rn;
+          if (p.bc % 4 != 0) continue;
           p.wg = tr * tc;
           if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;
           p.local_bytes = fcl_forward_local_bytes(&p);
