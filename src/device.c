@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <CL/cl_ext.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +107,11 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   const char *wgl = getenv("FLASHCL_MAX_WORK_GROUP_SIZE");
   if (wgl && *wgl && strtoull(wgl, NULL, 10) > 0 && strtoull(wgl, NULL, 10) < caps->max_work_group_size)
     caps->max_work_group_size = (size_t)strtoull(wgl, NULL, 10);
+
+  const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
+  if (shape && *shape)
+    sscanf(shape, "%d,%d,%d,%d", &caps->forward_shape[0], &caps->forward_shape[1], &caps->forward_shape[2],
+           &caps->forward_shape[3]);
 
   /* A guess until a kernel reports CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE. */
   caps->preferred_multiple = caps->is_cpu ? 8 : 32;

@@ -46,6 +46,7 @@ typedef struct fcl_device_caps {
   size_t preferred_multiple; /* preferred work-group size multiple (warp / wavefront / SIMD width) */
   int has_fp16, has_fp64, has_subgroups;
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
+  int forward_shape[4];         /* development override of the portable forward's tr, tc, rm, rn; 0: none */
 } fcl_device_caps;
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
@@ -73,6 +74,20 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
    (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
 int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
                      fcl_tile_plan *out);
+
+/* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
+
+/* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds). */
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p);
+/* Returns 0 and its plan (kernel FCL_KERNEL_NVIDIA_MMA) when the tensor-core kernel applies to p on this
+   device under flags; else -1, with out->reason saying why. */
+struct fcl_problem;
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
+                            fcl_tile_plan *out);
+/* Fills the portable forward plan of one shape (tr x tc work-items, rm x rn per work-item, pad: stagger
+   rows across banks). Returns 0 when it fits the device, -1 otherwise. */
+int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
+                           int rn, int pad, fcl_tile_plan *out);
 
 /* ---- program.c: kernels built from embedded source with -D defines, kept per context ---- */
 
@@ -102,7 +117,38 @@ struct fcl_context {
   unsigned flags;
   pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
   fcl_program_entry *programs;
+  int nvidia_mma_failed; /* forward.c: the tensor-core kernel failed to build; portable from then on */
+  /* cache.c: where kernel requests were served from (guarded by lock) */
+  uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
+      cache_disk_write_failures;
+  int cache_last; /* fcl_cache_source of the last kernel request */
 };
+
+/* ---- cache.c: the on-disk binary cache (layout described at the top of cache.c) ---- */
+
+#define FCL_CACHE_KEY_SIZE 32
+#define FCL_CACHE_TAG_SIZE 16
+#define FCL_CACHE_HEADER_SIZE 104
+typedef struct fcl_cache_key {
+  unsigned char bytes[FCL_CACHE_KEY_SIZE];
+} fcl_cache_key;
+
+void fcl_sha256(const void *data, size_t n, unsigned char out[32]);
+/* SHA-256 of (library version, platform name and version, device name and version, driver version,
+   source text, build options). */
+void fcl_cache_key_compute(const fcl_device_caps *caps, const char *source, const char *options,
+                           fcl_cache_key *key);
+void fcl_cache_key_hex(const fcl_cache_key *key, char hex[2 * FCL_CACHE_KEY_SIZE + 1]);
+/* The device identity alone (platform, device, driver), recorded in each entry's header. */
+void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CACHE_TAG_SIZE]);
+/* Writes <dir>/<hex key>.bin with a header for payload (temporary file + rename; creates dir). 0: written. */
+int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
+                          const void *payload, size_t size);
+/* Hooks for program.c; the caller holds ctx->lock. fcl_cache_load computes *key and returns a built program
+   from a verified entry, or NULL (a miss). fcl_cache_store counts a source build and writes its binary. */
+cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key);
+void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, cl_program program);
+void fcl_cache_note_memory_hit(fcl_context *ctx);
 
 /* ---- desc.c: descriptor validation shared by every operation ---- */
 
@@ -135,5 +181,28 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
                                 const cl_event *wait, fcl_problem *p);
 /* Chooses the forward kernel variant for p and returns its plan and built kernel. Caller holds ctx->lock. */
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel);
+
+/* ---- plan_backward.c and backward.c: the backward kernels ---- */
+
+/* The two tiled backward kernels. dK/dV: a work-group owns bc = tr*rm key rows and streams br = tc*rn
+   query rows; dQ: it owns br = tr*rm query rows and streams bc = tc*rn key rows. */
+enum { FCL_BWD_DKDV = 0, FCL_BWD_DQ = 1 };
+
+/* Local memory the backward kernel `which` (FCL_BWD_*) uses for plan p. */
+size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which);
+/* Picks the portable plan of backward kernel `which` for (caps, head_dim, dtype). kernel_max_wg bounds
+   the work-group (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
+int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_dtype dtype,
+                      size_t kernel_max_wg, fcl_tile_plan *out);
+/* Plans and builds the backward kernels for p: plans[FCL_BWD_DKDV], plans[FCL_BWD_DQ]; kernels[0] the
+   pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ. Caller holds ctx->lock. */
+fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[3]);
+
+/* ---- reference.c ---- */
+
+/* Device memory fcl_attention_reference allocates for desc beyond its inputs and outputs (the score
+   matrix and float32 copies, per chunk of (batch, head) pairs), in bytes; 0 when desc is invalid, the
+   score matrix of one head does not fit, or the library was built without CLBlast. */
+size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc);
 
 #endif /* FLASHCL_INTERNAL_H */

@@ -15,6 +15,39 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p) {
 /* Per work-item register budget in floats for the O accumulator plus the S block. */
 #define FCL_REGISTER_BUDGET 96
 
+static size_t work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg) {
+  size_t max_wg = caps->max_work_group_size;
+  if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
+  if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
+  return max_wg;
+}
+
+int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
+                           int rn, int pad, fcl_tile_plan *out) {
+  memset(out, 0, sizeof *out);
+  out->kernel = FCL_KERNEL_PORTABLE;
+  out->head_dim = head_dim;
+  if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM || tr < 1 || tc < 1 || rm < 1 || rn < 1) return -1;
+  /* The kernel reads rows four floats at a time: dp and bc are multiples of 4, dp one of tc too. */
+  const int unit = tc > 4 ? tc : 4;
+  out->tr = tr;
+  out->tc = tc;
+  out->rm = rm;
+  out->rn = rn;
+  out->dp = (head_dim + unit - 1) / unit * unit;
+  out->dn = out->dp / tc;
+  /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
+  out->ds = out->dp + (pad && out->dp % 8 == 0 ? 4 : 0);
+  out->br = tr * rm;
+  out->bc = tc * rn;
+  out->wg = tr * tc;
+  out->local_bytes = fcl_forward_local_bytes(out);
+  if (out->bc % 4 != 0 || (size_t)out->wg > work_group_limit(caps, kernel_max_wg) ||
+      out->local_bytes > caps->local_mem_size)
+    return -1;
+  return 0;
+}
+
 int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
                      fcl_tile_plan *out) {
   (void)dtype; /* tiles hold float whatever the storage type */
@@ -25,52 +58,34 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
     snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
     return -1;
   }
-  size_t max_wg = caps->max_work_group_size;
-  if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
-  if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
-  const size_t local_limit = (size_t)caps->local_mem_size;
+  const size_t max_wg = work_group_limit(caps, kernel_max_wg);
+  const int *fs = caps->forward_shape;
+  if (fs[0] > 0 && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, out) == 0) {
+    snprintf(out->reason, sizeof out->reason, "shape %d,%d,%d,%d from FLASHCL_FORWARD_SHAPE", fs[0], fs[1], fs[2], fs[3]);
+    return 0;
+  }
 
   /* Wider tc keeps each work-item's O slice (dn columns) short; 128 work-items per group is a
      good default on GPUs and harmless on CPUs, where a work-group runs as one loop. */
   const int tc_first = head_dim >= 64 ? 16 : head_dim >= 16 ? 8 : 4;
   static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
-  for (int tc = tc_first; tc >= 1; tc /= 2) {
-    /* The kernel reads rows four floats at a time: dp is a multiple of 4 and of tc; bc too. */
-    const int unit = tc > 4 ? tc : 4;
-    const int dp = (head_dim + unit - 1) / unit * unit;
-    for (int tr = 128 / tc; tr >= 1; tr /= 2) {
-      if ((size_t)tr * tc > max_wg) continue;
-      for (int pad = 4; pad >= 0; pad -= 4) {
+  for (int tc = tc_first; tc >= 1; tc /= 2)
+    for (int tr = 128 / tc; tr >= 1; tr /= 2)
+      for (int pad = 1; pad >= 0; --pad)
         for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
-          fcl_tile_plan p = *out;
-          p.tc = tc;
-          p.tr = tr;
-          p.dp = dp;
-          p.dn = dp / tc;
-          /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
-          p.ds = dp + (dp % 8 == 0 ? pad : 0);
-          if (pad == 0 && p.ds == dp && dp % 8 != 0) continue; /* already tried as the padded case */
-          p.rm = rm_rn[i][0];
-          p.rn = rm_rn[i][1];
-          p.br = tr * p.rm;
-          p.bc = tc * p.rn;
-          if (p.bc % 4 != 0) continue;
-          p.wg = tr * tc;
+          fcl_tile_plan p;
+          if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, rm_rn[i][0], rm_rn[i][1], pad, &p))
+            continue;
+          /* Registers: the last resort (one work-item, one row) is allowed to exceed the budget. */
           if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;
-          p.local_bytes = fcl_forward_local_bytes(&p);
-          if (p.local_bytes > local_limit) continue;
           snprintf(p.reason, sizeof p.reason,
-                   "largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
+                   "largest tiles within %llu B of local memory and %zu work-items: %dx%d work-items, "
                    "each %d rows x %d keys, %d output columns",
-                   local_limit, max_wg, tr, tc, p.rm, p.rn, p.dn);
+                   (unsigned long long)caps->local_mem_size, max_wg, tr, tc, p.rm, p.rn, p.dn);
           *out = p;
           return 0;
         }
-      }
-    }
-  }
-  snprintf(out->reason, sizeof out->reason,
-           "no tiling of head_dim %d fits %zu B of local memory and %zu work-items", head_dim, local_limit,
-           max_wg);
+  snprintf(out->reason, sizeof out->reason, "no tiling of head_dim %d fits %llu B of local memory and %zu work-items",
+           head_dim, (unsigned long long)caps->local_mem_size, max_wg);
   return -1;
 }
