@@ -1,9 +1,12 @@
 /* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
  * alignment, GQA/MQA, strided layouts and the optional lse.
- * Usage: test_forward [--small]
- *   --small      a few small cases (for Oclgrind, which simulates every work-item) */
+ * Usage: test_forward [--small] [--reference]
+ *   --small      a few small cases (for Oclgrind, which simulates every work-item)
+ *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, and a score matrix too
+ *                large for one buffer, which must give FCL_ERROR_OUT_OF_RESOURCES */
 #include "forward_check.h"
 
+#include <math.h>
 #include <string.h>
 
 static const fcl_dtype dtypes[3] = {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16};
@@ -57,12 +60,34 @@ static int full_cases(fwd_case *list) {
   return n;
 }
 
+/* Nq = Nk = 2^20 at head_dim 1: 4 MiB inputs, a 4 TiB score matrix. */
+static void reference_too_large(test_env *env) {
+  const long long n = 1 << 20;
+  cl_mem bufs[4];
+  for (int i = 0; i < 4; ++i) bufs[i] = create_float_buffer(env, (size_t)n, i == 3 ? NAN : 0.5f);
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = desc.num_heads = desc.head_dim = 1;
+  desc.seqlen_q = desc.seqlen_k = n;
+  desc.dtype = FCL_DTYPE_F32;
+  cl_event ev = NULL;
+  fcl_status st = fcl_attention_reference(env->fcl, env->queue, &desc, bufs[0], bufs[1], bufs[2], bufs[3], NULL, 0,
+                                          NULL, &ev);
+  if (st == FCL_ERROR_UNSUPPORTED) skip("reference N=2^20: %s", fcl_last_error());
+  else
+    check(st == FCL_ERROR_OUT_OF_RESOURCES && !ev, "reference N=2^20 (4 TiB score matrix): %s: %s",
+          fcl_status_string(st), fcl_last_error());
+  for (int i = 0; i < 4; ++i)
+    if (bufs[i]) clReleaseMemObject(bufs[i]);
+}
+
 int main(int argc, char **argv) {
-  int small = 0;
+  int small = 0, reference = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--reference")) reference = 1;
     else {
-      fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small] [--reference]\n", argv[0]);
       return 2;
     }
   }
@@ -72,7 +97,9 @@ int main(int argc, char **argv) {
   fwd_case cases[128];
   const int count = small ? small_cases(cases) : full_cases(cases);
   for (int i = 0; i < count; ++i)
-    run_forward_case(&env, env.queue, &cases[i], fcl_attention_forward, "forward");
+    run_forward_case(&env, env.queue, &cases[i], reference ? fcl_attention_reference : fcl_attention_forward,
+                     reference ? "reference" : "forward");
+  if (reference) reference_too_large(&env);
   test_close(&env);
   return test_summary("test_forward");
 }

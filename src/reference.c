@@ -1,0 +1,408 @@
+/* fcl_attention_reference: the same function as fcl_attention_forward, computed the standard way through
+ * the materialized score matrix, with CLBlast:
+ *
+ *   S = Q K^T                 CLBlastSgemmStridedBatched, one batch entry per (batch, head) pair
+ *   P = softmax(scale * S)    fcl_softmax_rows (cl/softmax.cl): causal mask, lse, P written over S
+ *   O = P V                   CLBlastSgemmStridedBatched
+ *
+ * Device memory this allocates per call (released before returning; see below), for a chunk of C
+ * (batch, head) pairs, all float32:
+ *   S             C * seqlen_q * seqlen_k           always
+ *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
+ *   K, V copies   C * seqlen_k * head_dim each      when that tensor is not "plain"
+ * A tensor is plain when it is float32, its rows are at least head_dim apart, and its (batch, head)
+ * blocks are equally spaced in the order the GEMM batches walk them (so CLBlast can address it
+ * directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V heads and other layouts are
+ * converted into contiguous float32 copies by fcl_gather_rows (O back by fcl_scatter_rows), so every
+ * dtype is computed in float32. CLBlast's half-precision GEMM is not used: it accumulates in half, which
+ * would make the reference less accurate than the kernel it checks.
+ * C is all batch * num_heads pairs when that fits, else the largest count whose every buffer stays within
+ * CL_DEVICE_MAX_MEM_ALLOC_SIZE and whose total stays within half of CL_DEVICE_GLOBAL_MEM_SIZE; the
+ * chunks then run one after another on the same scratch. When one pair's score matrix alone exceeds the
+ * allocation limit the call returns FCL_ERROR_OUT_OF_RESOURCES before enqueuing anything.
+ * fcl_reference_scratch_bytes() reports the total. $FLASHCL_REFERENCE_CHUNK (testing) caps the pairs per chunk. CLBlast may allocate temporary buffers of its own
+ * inside a GEMM (padded copies of its operands); those are not counted.
+ *
+ * The scratch is released with clReleaseMemObject right after the last command that uses it is enqueued:
+ * OpenCL defers the deletion until the commands queued on it have finished, so the call never waits on
+ * the device. CLBlast takes no wait list, so the caller's wait list is honoured by a barrier enqueued
+ * first; on an out-of-order queue a barrier also separates every step, and *event is a marker that
+ * completes after all of them. On an in-order queue *event is the last command's event, which completes
+ * after O and lse are written.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FLASHCL_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
+enum { REF_Q, REF_K, REF_V, REF_O };
+
+/* How one call runs: chunking and which tensors go through float32 copies. */
+typedef struct ref_plan {
+  int64_t pairs;  /* batch * heads */
+  int64_t chunk;  /* pairs per chunk */
+  int plain[4];   /* REF_*: used in place by CLBlast */
+  int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
+  size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk */
+} ref_plan;
+
+/* Offset of pair i's block of tensor t when its (batch, head) blocks are equally spaced; -1 otherwise. */
+static int plain_step(const fcl_problem *p, int t, int64_t *step) {
+  const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : t == REF_V ? p->v_stride : p->o_stride;
+  const int64_t group = (t == REF_K || t == REF_V) ? p->group : 1;
+  if (p->dtype != FCL_DTYPE_F32) return 0;
+  if (s[2] < p->d && ((t == REF_Q || t == REF_O) ? p->nq : p->nk) > 1) return 0;
+  /* Pair i = b * heads + h reads block b * s[0] + (h / group) * s[1]. */
+  int64_t delta;
+  if (p->heads > 1) {
+    if (group == 1) delta = s[1];
+    else if (p->heads / group == 1 || s[1] == 0) delta = 0; /* every head of a batch reads one block */
+    else return 0;
+  } else {
+    delta = s[0];
+  }
+  if (p->batch > 1 && s[0] != delta * p->heads) return 0;
+  /* The output's pairs must not overlap one another. */
+  if (t == REF_O && delta == 0 && p->batch * p->heads > 1) return 0;
+  *step = delta;
+  return 1;
+}
+
+static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_plan *rp) {
+  memset(rp, 0, sizeof *rp);
+  rp->pairs = p->batch * p->heads;
+  for (int t = 0; t < 4; ++t) rp->plain[t] = plain_step(p, t, &rp->step[t]);
+  const uint64_t per_s = (uint64_t)p->nq * (uint64_t)p->nk * sizeof(float);
+  const uint64_t per_copy[4] = {(uint64_t)p->nq * (uint64_t)p->d * sizeof(float), (uint64_t)p->nk * (uint64_t)p->d * sizeof(float),
+                                (uint64_t)p->nk * (uint64_t)p->d * sizeof(float), (uint64_t)p->nq * (uint64_t)p->d * sizeof(float)};
+  const uint64_t max_alloc = ctx->caps.max_alloc_size;
+  if (per_s > max_alloc)
+    return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES,
+                    "reference path: one head's %lld x %lld score matrix needs %llu bytes, more than the %llu bytes "
+                    "one buffer may hold on %s (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
+                    (long long)p->nq, (long long)p->nk, (unsigned long long)per_s, (unsigned long long)max_alloc,
+                    ctx->caps.device_name);
+  uint64_t per_pair = per_s;
+  int64_t chunk = rp->pairs;
+  if ((uint64_t)chunk > max_alloc / per_s) chunk = (int64_t)(max_alloc / per_s);
+  for (int t = 0; t < 4; ++t) {
+    if (rp->plain[t]) continue;
+    if (per_copy[t] > max_alloc)
+      return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "reference path: one head's float32 copy needs %llu bytes, more than %llu",
+                      (unsigned long long)per_copy[t], (unsigned long long)max_alloc);
+    per_pair += per_copy[t];
+    if ((uint64_t)chunk > max_alloc / per_copy[t]) chunk = (int64_t)(max_alloc / per_copy[t]);
+  }
+  const uint64_t budget = ctx->caps.global_mem_size / 2;
+  if (budget >= per_pair && (uint64_t)chunk > budget / per_pair) chunk = (int64_t)(budget / per_pair);
+  const char *cap = getenv("FLASHCL_REFERENCE_CHUNK");
+  if (cap && atoll(cap) > 0 && chunk > atoll(cap)) chunk = (int64_t)atoll(cap);
+  if (chunk < 1) chunk = 1;
+  rp->chunk = chunk;
+  rp->s_bytes = (size_t)((uint64_t)chunk * per_s);
+  rp->total_bytes = rp->s_bytes;
+  for (int t = 0; t < 4; ++t) {
+    rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
+    rp->total_bytes += rp->copy_bytes[t];
+  }
+  return FCL_SUCCESS;
+}
+
+size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc) {
+#ifdef FLASHCL_HAVE_CLBLAST
+  fcl_problem p;
+  ref_plan rp;
+  if (!ctx || fcl_resolve_problem(desc, &p) || make_plan(ctx, &p, &rp)) return 0;
+  return rp.total_bytes;
+#else
+  (void)ctx;
+  (void)desc;
+  return 0;
+#endif
+}
+
+#ifdef FLASHCL_HAVE_CLBLAST
+
+static const char *const ref_files[] = {"common.cl", "softmax.cl"};
+
+/* Work-group size of the softmax kernel: a power of two up to 256 that the device and kernel admit. */
+static fcl_status softmax_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_out) {
+  size_t wg = 256;
+  while (wg > ctx->caps.max_work_group_size && wg > 1) wg /= 2;
+  for (;;) {
+    char defines[64];
+    snprintf(defines, sizeof defines, "-DDTYPE=0 -DWG=%zu", wg);
+    fcl_status st = fcl_get_kernel(ctx, ref_files, 2, "fcl_softmax_rows", defines, kernel);
+    if (st) return st;
+    size_t limit = 0;
+    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
+    if (wg <= limit) break;
+    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the softmax kernel admits no work-group on %s", ctx->caps.device_name);
+    wg /= 2;
+  }
+  *wg_out = wg;
+  return FCL_SUCCESS;
+}
+
+static fcl_status clblast_failure(const char *what, CLBlastStatusCode code) {
+  return fcl_fail(FCL_ERROR_CLBLAST, "reference path: CLBlast %s failed with status %d", what, (int)code);
+}
+
+typedef struct ref_run {
+  fcl_context *ctx;
+  cl_command_queue queue;
+  const fcl_problem *p;
+  const ref_plan *rp;
+  int out_of_order;
+  cl_kernel softmax, gather, scatter;
+  size_t softmax_wg;
+  cl_mem scratch_s, copy[4];
+  cl_event last; /* the latest command's event (in-order queue: completes after everything before it) */
+} ref_run;
+
+static void set_last(ref_run *r, cl_event ev) {
+  if (r->last) clReleaseEvent(r->last);
+  r->last = ev;
+}
+
+/* On an out-of-order queue, makes the next command wait for every command enqueued before it. */
+static fcl_status step_barrier(ref_run *r) {
+  if (r->out_of_order) FCL_CL_CHECK(clEnqueueBarrierWithWaitList(r->queue, 0, NULL, NULL));
+  return FCL_SUCCESS;
+}
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, int64_t count) {
+  const fcl_problem *p = r->p;
+  const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : p->v_stride;
+  const cl_long off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : p->v_offset;
+  const cl_long sb = s[0], sh = s[1], sn = s[2], first_l = first;
+  const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group;
+  const cl_int rows = (cl_int)(t == REF_Q ? p->nq : p->nk), d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * rows * d;
+  const size_t global = round_up((size_t)total, 64);
+  cl_kernel k = r->gather;
+  cl_event ev = NULL;
+  fcl_status st = FCL_SUCCESS;
+  pthread_mutex_lock(&r->ctx->lock);
+  cl_int err = CL_SUCCESS;
+  cl_uint a = 0;
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &src);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &off);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sb);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sh);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sn);
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->copy[t]);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &first_l);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &heads);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &group);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &rows);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &d);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &total);
+  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_gather_rows)", CL_INVALID_ARG_VALUE);
+  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev)) != CL_SUCCESS)
+    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_gather_rows)", err);
+  pthread_mutex_unlock(&r->ctx->lock);
+  if (!st) set_last(r, ev);
+  return st;
+}
+
+static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t count) {
+  const fcl_problem *p = r->p;
+  const cl_long off = p->o_offset, sb = p->o_stride[0], sh = p->o_stride[1], sn = p->o_stride[2], first_l = first;
+  const cl_int heads = (cl_int)p->heads, rows = (cl_int)p->nq, d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * rows * d;
+  const size_t global = round_up((size_t)total, 64);
+  cl_kernel k = r->scatter;
+  cl_event ev = NULL;
+  fcl_status st = FCL_SUCCESS;
+  pthread_mutex_lock(&r->ctx->lock);
+  cl_int err = CL_SUCCESS;
+  cl_uint a = 0;
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->copy[REF_O]);
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &dst);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &off);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sb);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sh);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sn);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &first_l);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &heads);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &rows);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &d);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &total);
+  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_scatter_rows)", CL_INVALID_ARG_VALUE);
+  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev)) != CL_SUCCESS)
+    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_scatter_rows)", err);
+  pthread_mutex_unlock(&r->ctx->lock);
+  if (!st) set_last(r, ev);
+  return st;
+}
+
+static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t count) {
+  const fcl_problem *p = r->p;
+  const cl_long lse_first = first * p->nq;
+  const cl_int nq = (cl_int)p->nq, nk = (cl_int)p->nk, causal = p->causal, write_lse = lse != NULL;
+  const size_t local = r->softmax_wg, global = (size_t)count * (size_t)p->nq * local;
+  cl_mem lse_arg = lse ? lse : r->scratch_s; /* never written when write_lse is 0 */
+  cl_kernel k = r->softmax;
+  cl_event ev = NULL;
+  fcl_status st = FCL_SUCCESS;
+  pthread_mutex_lock(&r->ctx->lock);
+  cl_int err = CL_SUCCESS;
+  cl_uint a = 0;
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->scratch_s);
+  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &lse_arg);
+  err |= clSetKernelArg(k, a++, sizeof(cl_long), &lse_first);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &nq);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &nk);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &causal);
+  err |= clSetKernelArg(k, a++, sizeof(cl_float), &p->scale);
+  err |= clSetKernelArg(k, a++, sizeof(cl_int), &write_lse);
+  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_softmax_rows)", CL_INVALID_ARG_VALUE);
+  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, &local, 0, NULL, &ev)) != CL_SUCCESS)
+    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_softmax_rows)", err);
+  pthread_mutex_unlock(&r->ctx->lock);
+  if (!st) set_last(r, ev);
+  return st;
+}
+
+/* One chunk of pairs [first, first + count): copies in, S = Q K^T, softmax, O = P V, copy out. */
+static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, int64_t first,
+                            int64_t count) {
+  const fcl_problem *p = r->p;
+  const ref_plan *rp = r->rp;
+  const cl_mem in[3] = {q, k, v};
+  fcl_status st;
+  for (int t = REF_Q; t <= REF_V; ++t)
+    if (!rp->plain[t] && (st = enqueue_gather(r, t, in[t], first, count))) return st;
+  if ((st = step_barrier(r))) return st;
+
+  /* Where each operand lives: in place (offset of the chunk's first pair, stride between pairs, row
+     stride) or in its float32 copy. */
+  const int64_t offs[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
+  const int64_t row_stride[4] = {p->q_stride[2], p->k_stride[2], p->v_stride[2], p->o_stride[2]};
+  const int64_t rows[4] = {p->nq, p->nk, p->nk, p->nq};
+  cl_mem buf[4];
+  size_t off[4], ld[4], stride[4];
+  for (int t = 0; t < 4; ++t) {
+    if (rp->plain[t]) {
+      const cl_mem user[4] = {q, k, v, o};
+      buf[t] = user[t];
+      /* Pair first = b * heads + h; its block starts at offset + first * step (equal spacing). */
+      off[t] = (size_t)(offs[t] + first * rp->step[t]);
+      ld[t] = (size_t)(rows[t] > 1 ? row_stride[t] : p->d);
+      stride[t] = (size_t)rp->step[t];
+    } else {
+      buf[t] = r->copy[t];
+      off[t] = 0;
+      ld[t] = (size_t)p->d;
+      stride[t] = (size_t)(rows[t] * p->d);
+    }
+  }
+  const size_t nq = (size_t)p->nq, nk = (size_t)p->nk, d = (size_t)p->d;
+  cl_event ev = NULL;
+  CLBlastStatusCode cs = CLBlastSgemmStridedBatched(
+      CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, nq, nk, d, 1.0f, buf[REF_Q], off[REF_Q], ld[REF_Q],
+      stride[REF_Q], buf[REF_K], off[REF_K], ld[REF_K], stride[REF_K], 0.0f, r->scratch_s, 0, nk, nq * nk, (size_t)count,
+      &r->queue, &ev);
+  if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (S = Q K^T)", cs);
+  set_last(r, ev);
+  if ((st = step_barrier(r)) || (st = enqueue_softmax(r, lse, first, count)) || (st = step_barrier(r))) return st;
+  ev = NULL;
+  cs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, nq, d, nk, 1.0f,
+                                  r->scratch_s, 0, nk, nq * nk, buf[REF_V], off[REF_V], ld[REF_V], stride[REF_V], 0.0f,
+                                  buf[REF_O], off[REF_O], ld[REF_O], stride[REF_O], (size_t)count, &r->queue, &ev);
+  if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (O = P V)", cs);
+  set_last(r, ev);
+  if (!rp->plain[REF_O]) {
+    if ((st = step_barrier(r)) || (st = enqueue_scatter(r, o, first, count))) return st;
+  }
+  /* The next chunk reuses the scratch. */
+  return step_barrier(r);
+}
+
+static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+  cl_int err;
+  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) {
+    *out = NULL;
+    const fcl_status st = err == CL_INVALID_BUFFER_SIZE || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+                                  err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY
+                              ? FCL_ERROR_OUT_OF_RESOURCES
+                              : FCL_ERROR_OPENCL;
+    return fcl_fail(st, "reference path: clCreateBuffer of %zu bytes of scratch failed: %s (%d)", bytes,
+                    fcl_cl_error_name(err), (int)err);
+  }
+  return FCL_SUCCESS;
+}
+
+#endif /* FLASHCL_HAVE_CLBLAST */
+
+fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                   cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                                   const cl_event *wait, cl_event *event) {
+  fcl_problem p;
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  if (st) return st;
+#ifndef FLASHCL_HAVE_CLBLAST
+  (void)event;
+  return fcl_fail(FCL_ERROR_UNSUPPORTED, "fcl_attention_reference: flashcl was built without CLBlast");
+#else
+  ref_plan rp;
+  if ((st = make_plan(ctx, &p, &rp))) return st;
+
+  ref_run r;
+  memset(&r, 0, sizeof r);
+  r.ctx = ctx;
+  r.queue = queue;
+  r.p = &p;
+  r.rp = &rp;
+  cl_command_queue_properties props = 0;
+  FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));
+  r.out_of_order = (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+
+  /* Everything that can fail before enqueuing: kernels, scratch. */
+  pthread_mutex_lock(&ctx->lock);
+  char defines[32];
+  snprintf(defines, sizeof defines, "-DDTYPE=%d", (int)p.dtype);
+  st = softmax_kernel(ctx, &r.softmax, &r.softmax_wg);
+  if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K] && rp.plain[REF_V]))
+    st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_rows", defines, &r.gather);
+  if (!st && !rp.plain[REF_O]) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_rows", defines, &r.scatter);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st) return st;
+  st = create_scratch(ctx, rp.s_bytes, &r.scratch_s);
+  for (int t = 0; t < 4 && !st; ++t)
+    if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
+
+  if (!st && num_wait > 0) {
+    cl_int err = clEnqueueBarrierWithWaitList(queue, num_wait, wait, NULL);
+    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueBarrierWithWaitList", err);
+  }
+  for (int64_t first = 0; !st && first < rp.pairs; first += rp.chunk) {
+    const int64_t count = rp.pairs - first < rp.chunk ? rp.pairs - first : rp.chunk;
+    st = run_chunk(&r, q, k, v, o, lse, first, count);
+  }
+  if (!st && event) {
+    if (r.out_of_order || !r.last) {
+      cl_int err = clEnqueueMarkerWithWaitList(queue, 0, NULL, event);
+      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueMarkerWithWaitList", err);
+    } else {
+      *event = r.last;
+      r.last = NULL;
+    }
+  }
+  if (r.last) clReleaseEvent(r.last);
+  /* Deletion is deferred by OpenCL until the enqueued commands that use them have finished. */
+  if (r.scratch_s) clReleaseMemObject(r.scratch_s);
+  for (int t = 0; t < 4; ++t)
+    if (r.copy[t]) clReleaseMemObject(r.copy[t]);
+  return st;
+#endif
+}
