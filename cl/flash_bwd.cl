@@ -1,0 +1,281 @@
+/* Portable FlashAttention-2 backward: three kernels, one built per program (BWD_KIND selects it).
+ *
+ *   BWD_KIND 0  flash_bwd_pre   Dvec[row] = rowsum(dO * O), float32, one work-item per query row.
+ *   BWD_KIND 1  flash_bwd_dkdv  one work-group owns BM = TR*RM key rows of one (batch, kv head) and keeps
+ *                               K, V in local memory and dK, dV in registers; for each query head of the
+ *                               kv head's group in order, it streams BN = TC*RN query rows of Q and dO,
+ *                               recomputes P = exp(scale QK^T - lse), and accumulates dV += P^T dO and
+ *                               dK += scale dS^T Q with dS = P * (dO V^T - Dvec). dK and dV are written once.
+ *   BWD_KIND 2  flash_bwd_dq    one work-group owns BM = TR*RM query rows of one (batch, head) and keeps Q,
+ *                               dO in local memory and dQ in registers; it streams BN = TC*RN key rows of
+ *                               K and V, recomputes P and dS, and accumulates dQ += scale dS K.
+ *
+ * No atomics: every gradient element is summed by one work-item in a fixed order, so results are
+ * bitwise reproducible. Work-item (tr, tc) of the TR x TC grid computes S and dP for owned rows tr*RM..
+ * and streamed columns tc, tc+TC, .., and accumulates owned rows tr*RM.. at head_dim columns tc, tc+TC, ..
+ * (DN of them). Masked entries (beyond the lengths, above the causal diagonal) get P = 0, so a query row
+ * that sees no key (lse = -inf) contributes nothing and gets dQ = 0.
+ *
+ * Defines (plan_backward.c): D head_dim, DP D padded to a multiple of TC, DS local row stride, TR, TC,
+ * RM, RN, DN. Tails are zero-filled in local memory and never written back.
+ */
+#ifndef BWD_KIND
+#error "BWD_KIND must be defined"
+#endif
+
+#if BWD_KIND == 0
+
+__kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *dvec,
+                            long o_off, long o_sb, long o_sh, long o_sn, int num_heads, int nq) {
+  const int row = get_global_id(0);
+  const int h = get_global_id(1);
+  const int b = get_global_id(2);
+  if (row >= nq) return;
+  const long base = o_off + b * o_sb + h * o_sh + row * o_sn;
+  float acc = 0.0f;
+  for (int c = 0; c < D; ++c) acc = fma(LOAD(o, base + c), LOAD(d_o, base + c), acc);
+  dvec[((long)b * num_heads + h) * nq + row] = acc;
+}
+
+#else
+
+#define WG (TR * TC)
+#define BM (TR * RM) /* rows a work-group owns */
+#define BN (TC * RN) /* rows streamed per step */
+#define PS (BN + 1)  /* row stride of the P / dS tiles: odd, against bank conflicts */
+
+/* Loads rows [r0, r0 + ROWS) of a [n][D] matrix with row stride sn into a [ROWS][DS] local tile,
+   zero-filling rows >= n and columns >= D. */
+#define LOAD_TILE(dst, src, r0, ROWS, n, sn)                                     \
+  for (int i_ = lid; i_ < (ROWS) * DP; i_ += WG) {                               \
+    const int r_ = i_ / DP, c_ = i_ % DP;                                        \
+    (dst)[r_ * DS + c_] =                                                        \
+        ((r0) + r_ < (n) && c_ < D) ? LOAD(src, ((r0) + r_) * (sn) + c_) : 0.0f; \
+  }
+
+#if BWD_KIND == 1
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+                    __global const store_t *d_o, __global const float *lse, __global const float *dvec,
+                    __global store_t *d_k, __global store_t *d_v,
+                    long q_off, long q_sb, long q_sh, long q_sn,
+                    long k_off, long k_sb, long k_sh, long k_sn,
+                    long v_off, long v_sb, long v_sh, long v_sn,
+                    long o_off, long o_sb, long o_sh, long o_sn,
+                    int num_heads, int group, int nq, int nk, int causal, float scale) {
+  __local float Ks[BM * DS];
+  __local float Vs[BM * DS];
+  __local float Qs[BN * DS];
+  __local float dOs[BN * DS];
+  __local float Pt[BM * PS];  /* P^T: [key][query] */
+  __local float dSt[BM * PS]; /* dS^T */
+  __local float Ls[BN];       /* lse * log2(e) of the streamed rows */
+  __local float Ds[BN];       /* Dvec of the streamed rows */
+
+  const int lid = get_local_id(0);
+  const int tc = lid % TC;
+  const int tr = lid / TC;
+  const int k0 = get_group_id(0) * BM;
+  const int hk = get_group_id(1);
+  const int b = get_group_id(2);
+
+  const long kbase = k_off + b * k_sb + hk * k_sh;
+  const long vbase = v_off + b * v_sb + hk * v_sh;
+  LOAD_TILE(Ks, k + kbase, k0, BM, nk, k_sn);
+  LOAD_TILE(Vs, v + vbase, k0, BM, nk, v_sn);
+
+  float dk[RM][DN], dv[RM][DN];
+  for (int i = 0; i < RM; ++i)
+    for (int n = 0; n < DN; ++n) dk[i][n] = dv[i][n] = 0.0f;
+
+  /* Query row i sees key j when j <= i + diag: the block's first key is seen from row k0 - diag on. */
+  const int diag = nk - nq;
+  const int q_begin = causal ? max(0, k0 - diag) : 0;
+  const float qk_scale = scale * FCL_LOG2E;
+
+  for (int g = 0; g < group; ++g) {
+    const int h = hk * group + g;
+    __global const store_t *qh = q + q_off + b * q_sb + h * q_sh;
+    __global const store_t *doh = d_o + o_off + b * o_sb + h * o_sh;
+    const long lbase = ((long)b * num_heads + h) * nq;
+    for (int q0 = q_begin; q0 < nq; q0 += BN) {
+      barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with Qs, dOs, Pt, dSt */
+      LOAD_TILE(Qs, qh, q0, BN, nq, q_sn);
+      LOAD_TILE(dOs, doh, q0, BN, nq, o_sn);
+      for (int r = lid; r < BN; r += WG) {
+        const bool in = q0 + r < nq;
+        Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;
+        Ds[r] = in ? dvec[lbase + q0 + r] : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+
+      /* S^T = K Q^T and dP^T = V dO^T for this work-item's keys and queries. */
+      float s[RM][RN], dp[RM][RN];
+      for (int i = 0; i < RM; ++i)
+        for (int j = 0; j < RN; ++j) s[i][j] = dp[i][j] = 0.0f;
+      for (int d = 0; d < DP; ++d) {
+        float qd[RN], od[RN];
+        for (int j = 0; j < RN; ++j) {
+          qd[j] = Qs[(tc + j * TC) * DS + d];
+          od[j] = dOs[(tc + j * TC) * DS + d];
+        }
+        for (int i = 0; i < RM; ++i) {
+          const float kd = Ks[(tr * RM + i) * DS + d];
+          const float vd = Vs[(tr * RM + i) * DS + d];
+          for (int j = 0; j < RN; ++j) {
+            s[i][j] = fma(kd, qd[j], s[i][j]);
+            dp[i][j] = fma(vd, od[j], dp[i][j]);
+          }
+        }
+      }
+      for (int i = 0; i < RM; ++i) {
+        const int key = k0 + tr * RM + i;
+        for (int j = 0; j < RN; ++j) {
+          const int c = tc + j * TC;
+          const int row = q0 + c;
+          const bool visible = key < nk && row < nq && (!causal || key <= row + diag);
+          const float p = visible ? exp2(fma(s[i][j], qk_scale, -Ls[c])) : 0.0f;
+          Pt[(tr * RM + i) * PS + c] = p;
+          dSt[(tr * RM + i) * PS + c] = visible ? p * (dp[i][j] - Ds[c]) : 0.0f;
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+
+      /* dV += P^T dO, dK += dS^T Q (scale applied once at the end). */
+      for (int c = 0; c < BN; ++c) {
+        float qc[DN], oc[DN];
+        for (int n = 0; n < DN; ++n) {
+          qc[n] = Qs[c * DS + tc + n * TC];
+          oc[n] = dOs[c * DS + tc + n * TC];
+        }
+        for (int i = 0; i < RM; ++i) {
+          const float p = Pt[(tr * RM + i) * PS + c];
+          const float ds = dSt[(tr * RM + i) * PS + c];
+          for (int n = 0; n < DN; ++n) {
+            dv[i][n] = fma(p, oc[n], dv[i][n]);
+            dk[i][n] = fma(ds, qc[n], dk[i][n]);
+          }
+        }
+      }
+    }
+  }
+
+  for (int i = 0; i < RM; ++i) {
+    const int key = k0 + tr * RM + i;
+    if (key >= nk) continue;
+    for (int n = 0; n < DN; ++n) {
+      const int c = tc + n * TC;
+      if (c < D) {
+        STORE(d_k, kbase + key * k_sn + c, dk[i][n] * scale);
+        STORE(d_v, vbase + key * v_sn + c, dv[i][n]);
+      }
+    }
+  }
+}
+
+#elif BWD_KIND == 2
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+                  __global const store_t *d_o, __global const float *lse, __global const float *dvec,
+                  __global store_t *d_q,
+                  long q_off, long q_sb, long q_sh, long q_sn,
+                  long k_off, long k_sb, long k_sh, long k_sn,
+                  long v_off, long v_sb, long v_sh, long v_sn,
+                  long o_off, long o_sb, long o_sh, long o_sn,
+                  int num_heads, int group, int nq, int nk, int causal, float scale) {
+  __local float Qs[BM * DS];
+  __local float dOs[BM * DS];
+  __local float Ks[BN * DS];
+  __local float Vs[BN * DS];
+  __local float dSs[BM * PS]; /* dS: [query][key] */
+  __local float Ls[BM];
+  __local float Ds[BM];
+
+  const int lid = get_local_id(0);
+  const int tc = lid % TC;
+  const int tr = lid / TC;
+  const int q0 = get_group_id(0) * BM;
+  const int h = get_group_id(1);
+  const int b = get_group_id(2);
+  const int hk = h / group;
+
+  const long qbase = q_off + b * q_sb + h * q_sh;
+  __global const store_t *kh = k + k_off + b * k_sb + hk * k_sh;
+  __global const store_t *vh = v + v_off + b * v_sb + hk * v_sh;
+  const long lbase = ((long)b * num_heads + h) * nq;
+  LOAD_TILE(Qs, q + qbase, q0, BM, nq, q_sn);
+  LOAD_TILE(dOs, d_o + o_off + b * o_sb + h * o_sh, q0, BM, nq, o_sn);
+  for (int r = lid; r < BM; r += WG) {
+    const bool in = q0 + r < nq;
+    Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;
+    Ds[r] = in ? dvec[lbase + q0 + r] : 0.0f;
+  }
+
+  float acc[RM][DN];
+  for (int i = 0; i < RM; ++i)
+    for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
+
+  const int diag = nk - nq;
+  const int kv_end = causal ? clamp(q0 + BM + diag, 0, nk) : nk;
+  const float qk_scale = scale * FCL_LOG2E;
+
+  for (int k0 = 0; k0 < kv_end; k0 += BN) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* Qs, dOs, Ls, Ds are loaded; the previous step is done with Ks, dSs */
+    LOAD_TILE(Ks, kh, k0, BN, nk, k_sn);
+    LOAD_TILE(Vs, vh, k0, BN, nk, v_sn);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float s[RM][RN], dp[RM][RN];
+    for (int i = 0; i < RM; ++i)
+      for (int j = 0; j < RN; ++j) s[i][j] = dp[i][j] = 0.0f;
+    for (int d = 0; d < DP; ++d) {
+      float kd[RN], vd[RN];
+      for (int j = 0; j < RN; ++j) {
+        kd[j] = Ks[(tc + j * TC) * DS + d];
+        vd[j] = Vs[(tc + j * TC) * DS + d];
+      }
+      for (int i = 0; i < RM; ++i) {
+        const float qd = Qs[(tr * RM + i) * DS + d];
+        const float od = dOs[(tr * RM + i) * DS + d];
+        for (int j = 0; j < RN; ++j) {
+          s[i][j] = fma(qd, kd[j], s[i][j]);
+          dp[i][j] = fma(od, vd[j], dp[i][j]);
+        }
+      }
+    }
+    for (int i = 0; i < RM; ++i) {
+      const int r = tr * RM + i;
+      const int row = q0 + r;
+      for (int j = 0; j < RN; ++j) {
+        const int col = k0 + tc + j * TC;
+        const bool visible = col < nk && row < nq && (!causal || col <= row + diag);
+        const float p = visible ? exp2(fma(s[i][j], qk_scale, -Ls[r])) : 0.0f;
+        dSs[r * PS + tc + j * TC] = visible ? p * (dp[i][j] - Ds[r]) : 0.0f;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int c = 0; c < BN; ++c) {
+      float kc[DN];
+      for (int n = 0; n < DN; ++n) kc[n] = Ks[c * DS + tc + n * TC];
+      for (int i = 0; i < RM; ++i) {
+        const float ds = dSs[(tr * RM + i) * PS + c];
+        for (int n = 0; n < DN; ++n) acc[i][n] = fma(ds, kc[n], acc[i][n]);
+      }
+    }
+  }
+
+  for (int i = 0; i < RM; ++i) {
+    const int row = q0 + tr * RM + i;
+    if (row >= nq) continue;
+    for (int n = 0; n < DN; ++n) {
+      const int c = tc + n * TC;
+      if (c < D) STORE(d_q, qbase + row * q_sn + c, acc[i][n] * scale);
+    }
+  }
+}
+
+#endif
+#endif

@@ -1,0 +1,238 @@
+/* fcl_attention_backward: validate, plan, set arguments, enqueue three kernels.
+ *
+ * 1. flash_bwd_pre:  Dvec = rowsum(dO * O) into the workspace (float32 [batch, heads, seqlen_q]).
+ * 2. flash_bwd_dkdv: dK, dV per block of key rows, summed over the query heads of a kv head in order.
+ * 3. flash_bwd_dq:   dQ per block of query rows, recomputing P and dS over the key blocks.
+ * No atomics anywhere, so the gradients are bitwise reproducible. The three are chained with events, so
+ * the order holds on in-order and out-of-order queues alike. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const backward_files[] = {"common.cl", "flash_bwd.cl"};
+
+/* Float count of the workspace (Dvec), or 0 when it would overflow size_t. */
+static size_t workspace_floats(const fcl_problem *p) {
+  const uint64_t rows = (uint64_t)p->batch * (uint64_t)p->heads; /* both < 2^31 */
+  if ((uint64_t)p->nq > (UINT64_MAX / 8) / rows) return 0;
+  const uint64_t n = rows * (uint64_t)p->nq;
+  if (n > SIZE_MAX / sizeof(float)) return 0;
+  return (size_t)n;
+}
+
+size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
+  if (!ctx) {
+    fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    return 0;
+  }
+  fcl_problem p;
+  if (fcl_resolve_problem(desc, &p) != FCL_SUCCESS) return 0;
+  const size_t n = workspace_floats(&p);
+  if (!n) fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "the backward workspace for this desc exceeds the address range");
+  return n * sizeof(float);
+}
+
+/* A gradient is written by many work-items at once: its elements must not share addresses. Sufficient
+   test: ordered by stride, each dimension's stride clears the whole extent of the ones inside it. */
+static fcl_status check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+                                   const int64_t stride[3], const char *desc_field) {
+  int64_t counts[3] = {p->batch, heads, rows};
+  int64_t strides[3] = {stride[0], stride[1], stride[2]};
+  for (int i = 0; i < 3; ++i) /* insertion sort by stride, dimensions of count 1 ignored */
+    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
+      int64_t t = strides[j];
+      strides[j] = strides[j - 1];
+      strides[j - 1] = t;
+      t = counts[j];
+      counts[j] = counts[j - 1];
+      counts[j - 1] = t;
+    }
+  uint64_t extent = (uint64_t)p->d; /* elements spanned by the dimensions inside the current one */
+  for (int i = 0; i < 3; ++i) {
+    if (counts[i] <= 1) continue;
+    if ((uint64_t)strides[i] < extent)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "%s would have overlapping elements: desc->%s_stride gives it a stride of %lld where %llu "
+                      "elements are needed; the gradients use the layouts of q, k and v",
+                      what, desc_field, (long long)strides[i], (unsigned long long)extent);
+    extent = (uint64_t)strides[i] * (uint64_t)(counts[i] - 1) + extent;
+  }
+  return FCL_SUCCESS;
+}
+
+static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                    cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q,
+                                    cl_mem d_k, cl_mem d_v, cl_mem workspace, cl_uint num_wait,
+                                    const cl_event *wait, fcl_problem *p, size_t *ws_floats) {
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, p);
+  if (st) return st;
+  if (!lse)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "lse is NULL; the backward pass needs the forward's lse (float32 [batch, num_heads, seqlen_q])");
+  if ((st = fcl_check_tensor(ctx, d_o, "d_o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
+      (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
+      (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
+      (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
+      (st = check_no_overlap("d_q", p, p->heads, p->nq, p->q_stride, "q")) ||
+      (st = check_no_overlap("d_k", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
+      (st = check_no_overlap("d_v", p, p->kv_heads, p->nk, p->v_stride, "v")))
+    return st;
+  *ws_floats = workspace_floats(p);
+  if (!*ws_floats)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "the backward workspace for this desc exceeds the address range");
+  if ((st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats))) return st;
+
+  /* Every buffer written (gradients, workspace) must differ from every other buffer. */
+  const cl_mem outs[4] = {d_q, d_k, d_v, workspace};
+  const char *const out_names[4] = {"d_q", "d_k", "d_v", "workspace"};
+  const cl_mem all[10] = {q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace};
+  const char *const all_names[10] = {"q", "k", "v", "o", "lse", "d_o", "d_q", "d_k", "d_v", "workspace"};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 10; ++j)
+      if (j != 6 + i && outs[i] == all[j])
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                        "%s is the same buffer as %s; outputs must not alias inputs or each other", out_names[i],
+                        all_names[j]);
+  return FCL_SUCCESS;
+}
+
+static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, char *out, size_t size) {
+  snprintf(out, size, "-DBWD_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d",
+           kind, (int)dtype, t->head_dim, t->dp, t->ds, t->tr, t->tc, t->rm, t->rn, t->dn);
+}
+
+/* Plans and builds one tiled backward kernel, re-planning if the compiled kernel admits fewer
+   work-items than planned. The caller holds ctx->lock. */
+static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dtype, fcl_tile_plan *plan,
+                               cl_kernel *kernel) {
+  static const char *const names[2] = {"flash_bwd_dkdv", "flash_bwd_dq"};
+  size_t kernel_limit = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (fcl_plan_backward(&ctx->caps, which, d, dtype, kernel_limit, plan) != 0)
+      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no backward plan on %s: %s", ctx->caps.device_name, plan->reason);
+    char defines[512];
+    tile_defines(which + 1, plan, dtype, defines, sizeof defines);
+    fcl_status st = fcl_get_kernel(ctx, backward_files, 2, names[which], defines, kernel);
+    if (st) return st;
+    size_t wg = 0;
+    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
+    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
+    kernel_limit = wg;
+  }
+  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the backward kernel %s for head_dim %d admits too few work-items on %s",
+                  names[which], d, ctx->caps.device_name);
+}
+
+fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[3]) {
+  char defines[128];
+  snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
+  fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_pre", defines, &kernels[0]);
+  if (st) return st;
+  if ((st = tiled_kernel(ctx, FCL_BWD_DKDV, (int)p->d, p->dtype, &plans[FCL_BWD_DKDV], &kernels[1])) ||
+      (st = tiled_kernel(ctx, FCL_BWD_DQ, (int)p->d, p->dtype, &plans[FCL_BWD_DQ], &kernels[2])))
+    return st;
+  return FCL_SUCCESS;
+}
+
+static fcl_status set_layout_args(cl_kernel kernel, cl_uint *a, int64_t offset, const int64_t stride[3]) {
+  const cl_long vals[4] = {offset, stride[0], stride[1], stride[2]};
+  for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &vals[j]));
+  return FCL_SUCCESS;
+}
+
+/* Arguments shared by flash_bwd_dkdv and flash_bwd_dq after their buffers. */
+static fcl_status set_tiled_args(cl_kernel kernel, cl_uint a, const fcl_problem *p) {
+  fcl_status st;
+  if ((st = set_layout_args(kernel, &a, p->q_offset, p->q_stride)) ||
+      (st = set_layout_args(kernel, &a, p->k_offset, p->k_stride)) ||
+      (st = set_layout_args(kernel, &a, p->v_offset, p->v_stride)) ||
+      (st = set_layout_args(kernel, &a, p->o_offset, p->o_stride)))
+    return st;
+  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
+  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
+  return FCL_SUCCESS;
+}
+
+static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, int n) {
+  for (int i = 0; i < n; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), &bufs[i]));
+  return FCL_SUCCESS;
+}
+
+/* Sets every argument of the three kernels (nothing is enqueued if one fails), then enqueues them as a
+   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV; dQ's event is the caller's. */
+static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
+                                   const fcl_tile_plan plans[2], cl_kernel kernels[3], cl_mem q, cl_mem k,
+                                   cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q, cl_mem d_k,
+                                   cl_mem d_v, cl_mem workspace, cl_uint num_wait, const cl_event *wait,
+                                   cl_event *event) {
+  fcl_status st;
+  cl_uint a = 0;
+  const cl_mem pre_bufs[3] = {o, d_o, workspace};
+  if ((st = set_buffers(kernels[0], &a, pre_bufs, 3)) ||
+      (st = set_layout_args(kernels[0], &a, p->o_offset, p->o_stride)))
+    return st;
+  const cl_int pre_ints[2] = {(cl_int)p->heads, (cl_int)p->nq};
+  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
+  a = 0;
+  const cl_mem dkdv_bufs[8] = {q, k, v, d_o, lse, workspace, d_k, d_v};
+  if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = set_tiled_args(kernels[1], a, p))) return st;
+  a = 0;
+  const cl_mem dq_bufs[7] = {q, k, v, d_o, lse, workspace, d_q};
+  if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = set_tiled_args(kernels[2], a, p))) return st;
+
+  /* The pre-pass: one work-item per query row, in groups of up to 64. */
+  size_t pre_wg = 0;
+  FCL_CL_CHECK(clGetKernelWorkGroupInfo(kernels[0], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pre_wg, &pre_wg,
+                                        NULL));
+  size_t pre_local = 64;
+  if (pre_local > ctx->caps.max_work_group_size) pre_local = ctx->caps.max_work_group_size;
+  if (pre_wg && pre_local > pre_wg) pre_local = pre_wg;
+  if (pre_local < 1) pre_local = 1;
+  const size_t pre_global[3] = {((size_t)p->nq + pre_local - 1) / pre_local * pre_local, (size_t)p->heads,
+                                (size_t)p->batch};
+  const size_t pre_lsize[3] = {pre_local, 1, 1};
+
+  const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
+  const size_t kv_global[3] = {(size_t)((p->nk + kv->bc - 1) / kv->bc) * (size_t)kv->wg, (size_t)p->kv_heads,
+                               (size_t)p->batch};
+  const size_t kv_local[3] = {(size_t)kv->wg, 1, 1};
+  const size_t q_global[3] = {(size_t)((p->nq + qp->br - 1) / qp->br) * (size_t)qp->wg, (size_t)p->heads,
+                              (size_t)p->batch};
+  const size_t q_local[3] = {(size_t)qp->wg, 1, 1};
+
+  cl_event e_pre = NULL, e_kv = NULL;
+  cl_int err = clEnqueueNDRangeKernel(queue, kernels[0], 3, NULL, pre_global, pre_lsize, num_wait, wait, &e_pre);
+  if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_pre)", err);
+  err = clEnqueueNDRangeKernel(queue, kernels[1], 3, NULL, kv_global, kv_local, 1, &e_pre, &e_kv);
+  if (err != CL_SUCCESS) {
+    st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dkdv)", err);
+  } else {
+    err = clEnqueueNDRangeKernel(queue, kernels[2], 3, NULL, q_global, q_local, 1, &e_kv, event);
+    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dq)", err);
+  }
+  clReleaseEvent(e_pre);
+  if (e_kv) clReleaseEvent(e_kv);
+  return st;
+}
+
+fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q,
+                                  cl_mem d_k, cl_mem d_v, cl_mem workspace, cl_uint num_wait,
+                                  const cl_event *wait, cl_event *event) {
+  fcl_problem p;
+  size_t ws_floats = 0;
+  fcl_status st = validate_backward(ctx, queue, desc, q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, num_wait,
+                                    wait, &p, &ws_floats);
+  if (st) return st;
+  pthread_mutex_lock(&ctx->lock);
+  fcl_tile_plan plans[2];
+  cl_kernel kernels[3];
+  st = fcl_select_backward(ctx, &p, plans, kernels);
+  if (!st)
+    st = enqueue_backward(ctx, queue, &p, plans, kernels, q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, num_wait,
+                          wait, event);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}

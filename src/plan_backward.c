@@ -1,0 +1,95 @@
+/* Tiling plans for the backward kernels: a pure function of the device's capabilities and the problem's
+ * head_dim and dtype, like fcl_plan_forward. Every plan returned fits the device's local memory and
+ * work-group limits. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Rows a work-group owns (tr * rm) and rows it streams per step (tc * rn), by kernel. */
+static void owned_streamed(const fcl_tile_plan *p, int which, size_t *bm, size_t *bn) {
+  *bm = which == FCL_BWD_DKDV ? (size_t)p->bc : (size_t)p->br;
+  *bn = which == FCL_BWD_DKDV ? (size_t)p->br : (size_t)p->bc;
+}
+
+size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
+  size_t bm, bn;
+  owned_streamed(p, which, &bm, &bn);
+  /* dK/dV: K, V tiles [bm][ds], Q, dO tiles [bn][ds], P^T and dS^T [bm][bn+1], lse and Dvec [bn].
+     dQ:    Q, dO tiles [bm][ds], K, V tiles [bn][ds], dS [bm][bn+1], lse and Dvec [bm]. */
+  size_t floats = 2 * bm * (size_t)p->ds + 2 * bn * (size_t)p->ds;
+  if (which == FCL_BWD_DKDV)
+    floats += 2 * bm * (bn + 1) + 2 * bn;
+  else
+    floats += bm * (bn + 1) + 2 * bm;
+  return floats * sizeof(float);
+}
+
+/* Per work-item register budget in floats (accumulators plus the S and dP blocks) in the first pass;
+   a second pass drops it, so a device with little local memory still gets a (slow) plan. */
+#define FCL_BWD_REGISTER_BUDGET 128
+
+int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_dtype dtype,
+                      size_t kernel_max_wg, fcl_tile_plan *out) {
+  (void)dtype; /* tiles hold float whatever the storage type */
+  memset(out, 0, sizeof *out);
+  out->kernel = FCL_KERNEL_PORTABLE;
+  out->head_dim = head_dim;
+  if (which != FCL_BWD_DKDV && which != FCL_BWD_DQ) {
+    snprintf(out->reason, sizeof out->reason, "unknown backward kernel %d", which);
+    return -1;
+  }
+  if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM) {
+    snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
+    return -1;
+  }
+  size_t max_wg = caps->max_work_group_size;
+  if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
+  if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
+  const size_t local_limit = (size_t)caps->local_mem_size;
+  const int accumulators = which == FCL_BWD_DKDV ? 2 : 1; /* dK and dV, or dQ */
+
+  const int tc_first = head_dim >= 64 ? 16 : head_dim >= 16 ? 8 : 4;
+  static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int tc = tc_first; tc >= 1; tc /= 2) {
+      const int dp = (head_dim + tc - 1) / tc * tc;
+      for (int tr = 128 / tc; tr >= 1; tr /= 2) {
+        if ((size_t)tr * tc > max_wg) continue;
+        for (int pad = 1; pad >= 0; --pad) {
+          for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
+            fcl_tile_plan p = *out;
+            p.tc = tc;
+            p.tr = tr;
+            p.dp = dp;
+            p.dn = dp / tc;
+            p.ds = dp + pad;
+            p.rm = rm_rn[i][0];
+            p.rn = rm_rn[i][1];
+            if (which == FCL_BWD_DKDV) {
+              p.bc = tr * p.rm; /* key rows owned */
+              p.br = tc * p.rn; /* query rows streamed */
+            } else {
+              p.br = tr * p.rm; /* query rows owned */
+              p.bc = tc * p.rn; /* key rows streamed */
+            }
+            p.wg = tr * tc;
+            if (pass == 0 && accumulators * p.rm * p.dn + 2 * p.rm * p.rn > FCL_BWD_REGISTER_BUDGET) continue;
+            p.local_bytes = fcl_backward_local_bytes(&p, which);
+            if (p.local_bytes > local_limit) continue;
+            snprintf(p.reason, sizeof p.reason,
+                     "%s: largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
+                     "each %d owned rows x %d streamed rows, %d head_dim columns",
+                     which == FCL_BWD_DKDV ? "dK/dV" : "dQ", local_limit, max_wg, tr, tc, p.rm, p.rn, p.dn);
+            *out = p;
+            return 0;
+          }
+        }
+      }
+    }
+  }
+  snprintf(out->reason, sizeof out->reason,
+           "no backward tiling of head_dim %d fits %zu B of local memory and %zu work-items", head_dim,
+           local_limit, max_wg);
+  return -1;
+}

@@ -1,0 +1,251 @@
+/* fcl_attention_backward against float64 host gradients (themselves checked by central finite
+ * differences) over the forward tests' shapes, every dtype, causal alignment both ways, GQA/MQA, strided
+ * layouts, the scale, determinism, rows that see no key, an out-of-order queue, and validation.
+ * Usage: test_backward [--small | --quick]
+ *   --small   a few small cases (for Oclgrind, which simulates every work-item)
+ *   --quick   a cross-section of the full cases (for the small-device plan run)
+ *
+ * Bounds (backward_check.h), ||grad - ref|| / ||ref|| for each of dQ, dK, dV: f32 2e-5, f16 5e-3,
+ * bf16 3e-2. Largest measured on PoCL (AMD EPYC, 2026-11-29, build-bwd/tests/test_backward): see the
+ * report lines; f32 stays below 1e-5 (errors grow with seqlen: float32 sums of ~Nk terms), f16 below
+ * 2e-3, bf16 below 1.6e-2. */
+#include "backward_check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const fcl_dtype dtypes[3] = {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16};
+
+typedef struct listed {
+  bwd_case c;
+  int determinism;
+} listed;
+
+static int add(listed *list, int n, bwd_case c, int determinism) {
+  list[n].c = c;
+  list[n].determinism = determinism;
+  return n + 1;
+}
+
+static int small_cases(listed *list) {
+  int n = 0;
+  n = add(list, n, (bwd_case){1, 2, 0, 17, 17, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 1);
+  n = add(list, n, (bwd_case){2, 2, 1, 5, 9, 40, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 0}, 0);
+  n = add(list, n, (bwd_case){1, 4, 2, 9, 3, 24, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 0}, 0); /* rows with no key */
+  n = add(list, n, (bwd_case){1, 1, 0, 3, 20, 7, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0.3f, 1}, 0);
+  return n;
+}
+
+static int full_cases(listed *list) {
+  int n = 0;
+  static const long long head_dims[] = {16, 40, 64, 80, 128, 256};
+  for (int t = 0; t < 3; ++t)
+    for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; ++i)
+      n = add(list, n, (bwd_case){2, 2, 0, 127, 127, head_dims[i], dtypes[t], (int)(i % 2), LAYOUT_BHND, 0, 0},
+              t == 0 && i == 2);
+  static const long long seqlens[] = {1, 17, 127, 1000};
+  for (size_t i = 0; i < sizeof seqlens / sizeof seqlens[0]; ++i)
+    for (int causal = 0; causal < 2; ++causal)
+      n = add(list, n, (bwd_case){1, 2, 0, seqlens[i], seqlens[i], 64, FCL_DTYPE_F32, causal, LAYOUT_BHND, 0, 0},
+              seqlens[i] == 1000 && causal);
+  /* Causal with Nq < Nk (bottom-right aligned) and Nq > Nk (leading rows see no key). */
+  n = add(list, n, (bwd_case){1, 2, 0, 17, 1000, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 0);
+  n = add(list, n, (bwd_case){1, 2, 0, 1000, 17, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 1);
+  n = add(list, n, (bwd_case){1, 2, 0, 300, 40, 128, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 0}, 0);
+  n = add(list, n, (bwd_case){1, 2, 0, 200, 2, 80, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 0}, 0);
+  /* GQA 8:1 and MQA, batch > 1. */
+  for (int t = 0; t < 3; ++t) {
+    n = add(list, n, (bwd_case){2, 16, 2, 65, 65, 64, dtypes[t], t % 2, LAYOUT_BHND, 0, 0}, t == 0);
+    n = add(list, n, (bwd_case){2, 8, 1, 33, 100, 128, dtypes[t], 1, LAYOUT_BHND, 0, 0}, t == 1);
+  }
+  /* Strided layouts and offsets, with a caller-given scale. */
+  for (int t = 0; t < 3; ++t) {
+    n = add(list, n, (bwd_case){2, 4, 0, 100, 100, 64, dtypes[t], 1, LAYOUT_BNHD, 0, 0}, 0);
+    n = add(list, n, (bwd_case){2, 4, 2, 77, 131, 96, dtypes[t], 0, LAYOUT_PADDED, 0.05f, 0}, t == 2);
+  }
+  /* Odd head dims. */
+  static const long long odd_dims[] = {1, 3, 7, 33, 65, 129, 255};
+  for (size_t i = 0; i < sizeof odd_dims / sizeof odd_dims[0]; ++i)
+    n = add(list, n, (bwd_case){1, 2, 0, 45, 61, odd_dims[i], dtypes[i % 3], (int)(i % 2), LAYOUT_BHND, 0, 0}, 0);
+  /* Large scores (a softmax without the saved lse would overflow), and o, lse from the library's forward. */
+  n = add(list, n, (bwd_case){1, 2, 0, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 3.0f, 0}, 0);
+  for (int t = 0; t < 3; ++t)
+    n = add(list, n, (bwd_case){2, 4, 2, 150, 90, 64, dtypes[t], 1, LAYOUT_BNHD, 0, 1}, 0);
+  return n;
+}
+
+static int quick_cases(listed *list) {
+  int n = 0;
+  static const long long head_dims[] = {16, 64, 128, 256};
+  for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; ++i)
+    n = add(list, n, (bwd_case){1, 2, 0, 100, 90, head_dims[i], dtypes[i % 3], (int)(i % 2), LAYOUT_BHND, 0, 0},
+            i == 3);
+  n = add(list, n, (bwd_case){1, 2, 0, 130, 17, 64, FCL_DTYPE_F32, 1, LAYOUT_PADDED, 0, 0}, 1);
+  n = add(list, n, (bwd_case){2, 8, 1, 33, 70, 96, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 0, 0}, 0);
+  n = add(list, n, (bwd_case){1, 2, 0, 45, 61, 255, FCL_DTYPE_BF16, 0, LAYOUT_BHND, 0, 0}, 0);
+  return n;
+}
+
+/* ---- finite differences of the host gradient code ---- */
+
+static void finite_difference_checks(void) {
+  static const long long shapes[][7] = {
+      /* B, H, Hkv, Nq, Nk, D, causal */
+      {1, 2, 1, 4, 3, 3, 0}, {2, 2, 2, 3, 5, 4, 1}, {1, 2, 1, 5, 3, 3, 1}, {1, 3, 1, 2, 6, 2, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = shapes[i][0], desc.num_heads = shapes[i][1], desc.num_kv_heads = shapes[i][2];
+    desc.seqlen_q = shapes[i][3], desc.seqlen_k = shapes[i][4], desc.head_dim = shapes[i][5];
+    desc.causal = (int)shapes[i][6];
+    desc.scale = i == 1 ? 0.7f : 0.0f;
+    const double e = finite_difference_error(&desc);
+    check(e < 1e-8, "host gradients vs central differences (h = 1e-5): B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld%s: "
+          "max error %.1e relative to the largest gradient (bound 1e-8)",
+          shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5],
+          shapes[i][6] ? " causal" : "", e);
+  }
+}
+
+/* ---- validation ---- */
+
+typedef struct vbufs {
+  cl_mem q, k, v, o, lse, d_o, d_q, d_k, d_v, ws;
+} vbufs;
+
+/* d_q holds NaN everywhere; 1 if that is still so. */
+static int dq_untouched(test_env *env, cl_mem d_q, size_t count) {
+  clFinish(env->queue);
+  float *x = malloc(count * sizeof(float));
+  int ok = read_floats(env, d_q, x, count) == 0;
+  for (size_t i = 0; ok && i < count; ++i) ok = isnan(x[i]);
+  free(x);
+  return ok;
+}
+
+static void expect(test_env *env, const char *what, fcl_status got, fcl_status want, cl_mem d_q, size_t dq_count) {
+  const char *msg = fcl_last_error();
+  const int untouched = dq_untouched(env, d_q, dq_count);
+  check(got == want && msg && *msg && untouched, "validation: %s -> %s (want %s), message \"%s\"%s", what,
+        fcl_status_string(got), fcl_status_string(want), msg ? msg : "(null)",
+        untouched ? "" : ", BUT d_q WAS WRITTEN");
+}
+
+static void validation_checks(test_env *env) {
+  const long long B = 1, H = 2, HKV = 1, NQ = 5, NK = 7, D = 8;
+  const size_t nq_elems = (size_t)(B * H * NQ * D), nk_elems = (size_t)(B * HKV * NK * D), rows = (size_t)(B * H * NQ);
+  vbufs b;
+  b.q = create_float_buffer(env, nq_elems, 0.25f), b.k = create_float_buffer(env, nk_elems, -0.5f);
+  b.v = create_float_buffer(env, nk_elems, 0.75f), b.o = create_float_buffer(env, nq_elems, 0.75f);
+  b.lse = create_float_buffer(env, rows, 1.0f), b.d_o = create_float_buffer(env, nq_elems, 0.5f);
+  b.d_q = create_float_buffer(env, nq_elems, NAN), b.d_k = create_float_buffer(env, nk_elems, NAN);
+  b.d_v = create_float_buffer(env, nk_elems, NAN), b.ws = create_float_buffer(env, rows, NAN);
+  cl_mem small = create_float_buffer(env, 4, 0.0f);
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = B, desc.num_heads = H, desc.num_kv_heads = HKV, desc.seqlen_q = NQ, desc.seqlen_k = NK;
+  desc.head_dim = D, desc.dtype = FCL_DTYPE_F32, desc.causal = 1;
+
+  const size_t ws = fcl_attention_backward_workspace_size(env->fcl, &desc);
+  check(ws == rows * sizeof(float), "workspace size for B=1 H=2 Nq=5: %zu bytes (want %zu)", ws, rows * sizeof(float));
+  check(fcl_attention_backward_workspace_size(env->fcl, NULL) == 0 && *fcl_last_error(),
+        "workspace size for desc NULL: 0, message \"%s\"", fcl_last_error());
+  check(fcl_attention_backward_workspace_size(NULL, &desc) == 0 && *fcl_last_error(),
+        "workspace size for ctx NULL: 0, message \"%s\"", fcl_last_error());
+
+  fcl_status st = fcl_attention_backward(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k,
+                                         b.d_v, b.ws, 0, NULL, NULL);
+  clFinish(env->queue);
+  float x[80];
+  int written = read_floats(env, b.d_q, x, nq_elems) == 0;
+  for (size_t i = 0; written && i < nq_elems; ++i) written = isfinite(x[i]);
+  check(st == FCL_SUCCESS && written, "validation: the valid call succeeds and writes d_q (%s)",
+        st ? fcl_last_error() : "ok");
+
+#define CALL(ctx_, queue_, desc_, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, ws_, nw_, w_) \
+  fcl_attention_backward(ctx_, queue_, desc_, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, ws_, nw_, w_, NULL)
+  cl_mem poisoned = create_float_buffer(env, nq_elems, NAN);
+  b.d_q = (clReleaseMemObject(b.d_q), poisoned);
+  const fcl_status INV = FCL_ERROR_INVALID_ARGUMENT;
+  expect(env, "ctx NULL", CALL(NULL, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "lse NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, NULL, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "lse too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, small, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_o NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, NULL, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_o too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, small, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_q NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, NULL, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_q too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, small, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_k NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, NULL, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_k too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, small, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_v NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, NULL, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_v too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, small, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "workspace NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, NULL, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "workspace too small", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, small, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_q aliases q", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_q aliases d_o", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_o, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_k aliases v", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.v, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "d_v aliases d_k", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_k, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "workspace aliases lse", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.lse, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "num_wait 1 with wait NULL", CALL(env->fcl, env->queue, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 1, NULL), INV, b.d_q, nq_elems);
+  expect(env, "queue NULL", CALL(env->fcl, NULL, &desc, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  expect(env, "desc NULL", CALL(env->fcl, env->queue, NULL, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  fcl_attention_desc bad = desc;
+  bad.head_dim = 300;
+  expect(env, "head_dim 300", CALL(env->fcl, env->queue, &bad, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), FCL_ERROR_UNSUPPORTED, b.d_q, nq_elems);
+  /* q rows that overlap (stride 4 < head_dim 8) are a valid input layout, but d_q would be written twice. */
+  bad = desc;
+  bad.q_stride[0] = 40, bad.q_stride[1] = 20, bad.q_stride[2] = 4;
+  expect(env, "q (and so d_q) rows overlapping", CALL(env->fcl, env->queue, &bad, b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+  /* k heads broadcast (head stride 0) are a valid input, but d_k heads would collide: needs 2 kv heads. */
+  bad = desc;
+  bad.num_kv_heads = 2;
+  bad.k_stride[0] = 56, bad.k_stride[1] = 0, bad.k_stride[2] = 8;
+  cl_mem k2 = create_float_buffer(env, 2 * nk_elems, 0.5f), v2 = create_float_buffer(env, 2 * nk_elems, 0.5f);
+  cl_mem dk2 = create_float_buffer(env, 2 * nk_elems, NAN), dv2 = create_float_buffer(env, 2 * nk_elems, NAN);
+  expect(env, "k (and so d_k) heads with stride 0", CALL(env->fcl, env->queue, &bad, b.q, k2, v2, b.o, b.lse, b.d_o, b.d_q, dk2, dv2, b.ws, 0, NULL), INV, b.d_q, nq_elems);
+#undef CALL
+  cl_mem all[] = {b.q, b.k, b.v, b.o, b.lse, b.d_o, b.d_q, b.d_k, b.d_v, b.ws, small, k2, v2, dk2, dv2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+    if (all[i]) clReleaseMemObject(all[i]);
+}
+
+int main(int argc, char **argv) {
+  int small = 0, quick = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    else {
+      fprintf(stderr, "usage: %s [--small | --quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  test_seed();
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+  if (!small && !quick) finite_difference_checks();
+  listed cases[96];
+  const int count = small ? small_cases(cases) : quick ? quick_cases(cases) : full_cases(cases);
+  for (int i = 0; i < count; ++i) run_backward_case(&env, env.queue, &cases[i].c, cases[i].determinism, "backward");
+  validation_checks(&env);
+
+  /* An out-of-order queue: the three kernels must still run in order (explicit events). */
+  if (!small) {
+    cl_command_queue_properties props = 0;
+    clGetDeviceInfo(env.device, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
+      cl_int err;
+      cl_command_queue ooo = clCreateCommandQueue(env.context, env.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+      if (err == CL_SUCCESS) {
+        run_backward_case(&env, ooo, &(bwd_case){2, 4, 2, 200, 150, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 1,
+                          "backward (out-of-order queue)");
+        clReleaseCommandQueue(ooo);
+      } else {
+        check(0, "creating an out-of-order queue failed: %d", err);
+      }
+    } else {
+      skip("out-of-order queue: the device does not support one");
+    }
+  }
+  test_close(&env);
+  return test_summary("test_backward");
+}

@@ -1,0 +1,85 @@
+/* The backward planner over made-up devices: every plan it returns for the dK/dV and dQ kernels fits
+ * local memory and the work-group limits, its shape is self-consistent, and every head_dim 1..256 gets
+ * a plan on each device, including the 16 KiB / 256 work-item device that FLASHCL_LOCAL_MEM_LIMIT and
+ * FLASHCL_MAX_WORK_GROUP_SIZE emulate. */
+#include "internal.h"
+#include "test_util.h"
+
+#include <string.h>
+
+static int consistent(const fcl_tile_plan *p, int which, const fcl_device_caps *caps) {
+  const int owned = which == FCL_BWD_DKDV ? p->bc : p->br, streamed = which == FCL_BWD_DKDV ? p->br : p->bc;
+  return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && owned == p->tr * p->rm &&
+         streamed == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
+         p->dp < p->head_dim + p->tc && p->ds >= p->dp && p->local_bytes == fcl_backward_local_bytes(p, which) &&
+         p->local_bytes <= caps->local_mem_size && (size_t)p->wg <= caps->max_work_group_size &&
+         (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1 && p->rm >= 1 && p->rn >= 1;
+}
+
+int main(void) {
+  static const cl_ulong locals[] = {16 << 10, 32 << 10, 48 << 10, 64 << 10, 1 << 20};
+  static const size_t wgs[] = {256, 1024, 4096};
+  static const fcl_dtype dtypes[] = {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_DTYPE_BF16};
+  static const char *const names[2] = {"dK/dV", "dQ"};
+  for (int which = 0; which < 2; ++which)
+    for (size_t li = 0; li < sizeof locals / sizeof locals[0]; ++li)
+      for (size_t wi = 0; wi < sizeof wgs / sizeof wgs[0]; ++wi) {
+        fcl_device_caps caps;
+        memset(&caps, 0, sizeof caps);
+        caps.local_mem_size = locals[li];
+        caps.max_work_group_size = wgs[wi];
+        caps.max_work_item_size0 = wgs[wi];
+        caps.preferred_multiple = 32;
+        caps.is_gpu = 1;
+        int planned = 0, fits = 1, bad_d = 0, min_wg = 1 << 30;
+        for (int d = 1; d <= FCL_MAX_HEAD_DIM; ++d)
+          for (int t = 0; t < 3; ++t) {
+            fcl_tile_plan p;
+            if (fcl_plan_backward(&caps, which, d, dtypes[t], 0, &p) != 0) {
+              fits = 0;
+              bad_d = d;
+              continue;
+            }
+            ++planned;
+            if (p.wg < min_wg) min_wg = p.wg;
+            if (!consistent(&p, which, &caps)) {
+              fits = 0;
+              bad_d = d;
+            }
+          }
+        check(fits && planned == 3 * FCL_MAX_HEAD_DIM,
+              "%s: %llu B local, %zu work-items: %d plans, all fit and are consistent, smallest work-group %d%s",
+              names[which], (unsigned long long)locals[li], wgs[wi], planned, min_wg,
+              fits ? "" : " (first bad head_dim below)");
+        if (!fits) printf("     head_dim %d\n", bad_d);
+      }
+
+  fcl_device_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.local_mem_size = 48 << 10;
+  caps.max_work_group_size = caps.max_work_item_size0 = 1024;
+  fcl_tile_plan p;
+  for (int which = 0; which < 2; ++which) {
+    /* The kernel's own work-group limit is honoured. */
+    int ok = fcl_plan_backward(&caps, which, 128, FCL_DTYPE_F16, 64, &p) == 0 && p.wg <= 64;
+    check(ok, "%s: kernel work-group limit 64 gives a plan of %d work-items", names[which], p.wg);
+    /* Head dims outside 1..256, an unknown kernel and a device without room get no plan, and say why. */
+    check(fcl_plan_backward(&caps, which, 0, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "%s: head_dim 0: %s",
+          names[which], p.reason);
+    check(fcl_plan_backward(&caps, which, 257, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0,
+          "%s: head_dim 257: %s", names[which], p.reason);
+    fcl_device_caps tiny = caps;
+    tiny.local_mem_size = 1024;
+    check(fcl_plan_backward(&tiny, which, 256, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0,
+          "%s: 1 KiB of local memory: %s", names[which], p.reason);
+    /* A 48 KiB GPU gets tiles of a useful size at head_dim 64 and 128. */
+    fcl_plan_backward(&caps, which, 64, FCL_DTYPE_F32, 0, &p);
+    check(p.br >= 16 && p.bc >= 16 && p.wg >= 64, "%s: 48 KiB, head_dim 64: %dx%d (query x key) tiles, %d work-items, %zu B",
+          names[which], p.br, p.bc, p.wg, p.local_bytes);
+    fcl_plan_backward(&caps, which, 128, FCL_DTYPE_F32, 0, &p);
+    check(p.br >= 16 && p.bc >= 8 && p.wg >= 64, "%s: 48 KiB, head_dim 128: %dx%d (query x key) tiles, %d work-items, %zu B",
+          names[which], p.br, p.bc, p.wg, p.local_bytes);
+  }
+  check(fcl_plan_backward(&caps, 7, 64, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "kernel 7: %s", p.reason);
+  return test_summary("test_plan_backward");
+}
