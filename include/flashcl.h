@@ -121,6 +121,32 @@ typedef struct fcl_plan_info {
 fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
                              fcl_plan_info *out);
 
+/* ---- Introspection: where kernels came from (memory, the on-disk binary cache, or a source build). ---- */
+
+typedef enum fcl_cache_source {
+  FCL_CACHE_NONE = 0, /* no kernel requested yet */
+  FCL_CACHE_MEMORY,   /* the context's in-memory kernel map */
+  FCL_CACHE_DISK,     /* a verified entry of the on-disk binary cache */
+  FCL_CACHE_SOURCE    /* compiled from source */
+} fcl_cache_source;
+
+typedef struct fcl_cache_stats {
+  const char *cache_dir;        /* the resolved disk cache directory (owned by the context, valid until
+                                   fcl_context_release); NULL when the disk cache is off */
+  uint64_t memory_hits;         /* kernel requests served from the in-memory map */
+  uint64_t disk_hits;           /* programs loaded from the disk cache */
+  uint64_t disk_rejected;       /* entries found but short, corrupt, for another key or refused by the driver */
+  uint64_t source_builds;       /* programs compiled from source */
+  uint64_t disk_writes;         /* entries written to the disk cache */
+  uint64_t disk_write_failures; /* entries that could not be written (e.g. the directory is not writable) */
+  fcl_cache_source last;        /* where the most recent kernel request was served from */
+  uint64_t device_entries;      /* entries in cache_dir made for this context's device, driver and platform */
+  uint64_t device_bytes;        /* their total size in bytes */
+} fcl_cache_stats;
+
+/* Counters of this context since its creation, and the disk cache's entries for its device. */
+fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,6 +106,8 @@ static fcl_status build_log_failure(fcl_context *ctx, cl_program program, const 
 /* Builds (or loads from the disk cache) the program for source + options. */
 static fcl_status build_program(fcl_context *ctx, const char *source, const char *options, cl_program *out) {
   cl_int err;
+  fcl_cache_key cache_key;
+  if ((*out = fcl_cache_load(ctx, source, options, &cache_key))) return FCL_SUCCESS;
   cl_program program = clCreateProgramWithSource(ctx->context, 1, &source, NULL, &err);
   if (err != CL_SUCCESS) return fcl_cl_failure("clCreateProgramWithSource", err);
   err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
@@ -116,6 +118,7 @@ static fcl_status build_program(fcl_context *ctx, const char *source, const char
     clReleaseProgram(program);
     return st;
   }
+  fcl_cache_store(ctx, &cache_key, program);
   *out = program;
   return FCL_SUCCESS;
 }
@@ -140,6 +143,7 @@ fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_fi
   /* The caller holds ctx->lock. */
   for (fcl_program_entry *e = ctx->programs; e; e = e->next) {
     if (strcmp(e->key, key) == 0) {
+      fcl_cache_note_memory_hit(ctx);
       *out = e->kernel;
       goto done;
     }

@@ -1,0 +1,429 @@
+/* On-disk binary cache: one `<key>.bin` file per built program under ctx->cache_dir.
+ *
+ * The key is the SHA-256 of (library version, platform name and version, device name and version,
+ * driver version, the program's full source text, its full build options), each field length-prefixed.
+ * A file holds a fixed header followed by the driver's binary:
+ *
+ *   offset  size  field
+ *        0     8  magic "FLASHCL\x1a"
+ *        8     4  format version (little-endian)
+ *       12     4  header size (little-endian)
+ *       16    32  the full key
+ *       48    16  device tag: SHA-256 prefix of the device identity alone (lets tools count entries per device)
+ *       64     8  payload size in bytes (little-endian)
+ *       72    32  SHA-256 of the payload
+ *      104     -  payload: the program binary from CL_PROGRAM_BINARIES
+ *
+ * Entries are written to a uniquely named temporary file in the same directory and renamed into place, so
+ * readers in other threads or processes see either no file or a whole one. Anything that goes wrong on
+ * load (missing, short, corrupt, another key, refused by the driver) is a miss; anything that goes wrong
+ * on store leaves the program usable and the cache unchanged. Nothing here prints or records an error.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define CACHE_MAGIC "FLASHCL\x1a"
+#define CACHE_FORMAT_VERSION 1u
+#define CACHE_MAX_PAYLOAD ((uint64_t)1 << 31)
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+
+typedef struct sha256_state {
+  uint32_t h[8];
+  uint64_t length;
+  unsigned char block[64];
+  size_t used;
+} sha256_state;
+
+static const uint32_t sha256_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR32(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_compress(uint32_t h[8], const unsigned char *p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  for (int i = 16; i < 64; ++i) {
+    uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+  for (int i = 0; i < 64; ++i) {
+    uint32_t t1 = k + (ROR32(e, 6) ^ ROR32(e, 11) ^ ROR32(e, 25)) + ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
+    uint32_t t2 = (ROR32(a, 2) ^ ROR32(a, 13) ^ ROR32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
+}
+
+static void sha256_init(sha256_state *s) {
+  static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(s->h, h0, sizeof h0);
+  s->length = 0;
+  s->used = 0;
+}
+
+static void sha256_update(sha256_state *s, const void *data, size_t n) {
+  const unsigned char *p = data;
+  s->length += n;
+  while (n > 0) {
+    size_t take = 64 - s->used < n ? 64 - s->used : n;
+    memcpy(s->block + s->used, p, take);
+    s->used += take, p += take, n -= take;
+    if (s->used == 64) {
+      sha256_compress(s->h, s->block);
+      s->used = 0;
+    }
+  }
+}
+
+static void sha256_final(sha256_state *s, unsigned char out[32]) {
+  const uint64_t bits = s->length * 8;
+  const unsigned char pad = 0x80, zero = 0;
+  sha256_update(s, &pad, 1);
+  while (s->used != 56) sha256_update(s, &zero, 1);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+  sha256_update(s, len, 8);
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j) out[4 * i + j] = (unsigned char)(s->h[i] >> (24 - 8 * j));
+}
+
+void fcl_sha256(const void *data, size_t n, unsigned char out[32]) {
+  sha256_state s;
+  sha256_init(&s);
+  sha256_update(&s, data, n);
+  sha256_final(&s, out);
+}
+
+/* ---- keys ---- */
+
+static void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t get_u64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+static uint32_t get_u32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+/* A field with its length in front, so ("ab", "c") and ("a", "bc") hash differently. */
+static void hash_field(sha256_state *s, const char *text) {
+  unsigned char len[8];
+  const size_t n = text ? strlen(text) : 0;
+  put_u64(len, n);
+  sha256_update(s, len, 8);
+  if (n) sha256_update(s, text, n);
+}
+
+static void hash_device(sha256_state *s, const fcl_device_caps *caps) {
+  hash_field(s, caps->platform_name);
+  hash_field(s, caps->platform_version);
+  hash_field(s, caps->device_name);
+  hash_field(s, caps->device_version);
+  hash_field(s, caps->driver_version);
+}
+
+void fcl_cache_key_compute(const fcl_device_caps *caps, const char *source, const char *options,
+                           fcl_cache_key *key) {
+  sha256_state s;
+  sha256_init(&s);
+  hash_field(&s, "flashcl program");
+  hash_field(&s, fcl_version());
+  hash_device(&s, caps);
+  hash_field(&s, source);
+  hash_field(&s, options);
+  sha256_final(&s, key->bytes);
+}
+
+void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CACHE_TAG_SIZE]) {
+  sha256_state s;
+  unsigned char full[32];
+  sha256_init(&s);
+  hash_field(&s, "flashcl device");
+  hash_device(&s, caps);
+  sha256_final(&s, full);
+  memcpy(tag, full, FCL_CACHE_TAG_SIZE);
+}
+
+void fcl_cache_key_hex(const fcl_cache_key *key, char hex[2 * FCL_CACHE_KEY_SIZE + 1]) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < FCL_CACHE_KEY_SIZE; ++i) {
+    hex[2 * i] = digits[key->bytes[i] >> 4];
+    hex[2 * i + 1] = digits[key->bytes[i] & 15];
+  }
+  hex[2 * FCL_CACHE_KEY_SIZE] = '\0';
+}
+
+/* ---- files ---- */
+
+/* dir + "/" + name, or NULL. */
+static char *join_path(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *path = malloc(n);
+  if (path) snprintf(path, n, "%s/%s", dir, name);
+  return path;
+}
+
+static char *entry_path(const char *dir, const fcl_cache_key *key) {
+  char name[2 * FCL_CACHE_KEY_SIZE + 8];
+  fcl_cache_key_hex(key, name);
+  strcat(name, ".bin");
+  return join_path(dir, name);
+}
+
+/* mkdir -p; 0 when the directory exists afterwards. */
+static int make_dirs(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) == 0) return S_ISDIR(st.st_mode) ? 0 : -1;
+  char *path = strdup(dir);
+  if (!path) return -1;
+  int rc = 0;
+  for (char *p = path + 1; rc == 0; ++p) {
+    if (*p != '/' && *p != '\0') continue;
+    const char saved = *p;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = -1;
+    else if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) rc = -1;
+    *p = saved;
+    if (saved == '\0') break;
+  }
+  free(path);
+  return rc;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
+static void encode_header(unsigned char h[FCL_CACHE_HEADER_SIZE], const fcl_cache_key *key,
+                          const unsigned char tag[FCL_CACHE_TAG_SIZE], const void *payload, size_t size) {
+  memset(h, 0, FCL_CACHE_HEADER_SIZE);
+  memcpy(h, CACHE_MAGIC, 8);
+  put_u32(h + 8, CACHE_FORMAT_VERSION);
+  put_u32(h + 12, FCL_CACHE_HEADER_SIZE);
+  memcpy(h + 16, key->bytes, FCL_CACHE_KEY_SIZE);
+  memcpy(h + 48, tag, FCL_CACHE_TAG_SIZE);
+  put_u64(h + 64, size);
+  fcl_sha256(payload, size, h + 72);
+}
+
+int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
+                          const void *payload, size_t size) {
+  static atomic_uint counter;
+  static _Thread_local char thread_marker;
+  if (!dir || make_dirs(dir) != 0) return -1;
+  char *path = entry_path(dir, key);
+  if (!path) return -1;
+  /* Unique among processes (pid), threads (an address private to this thread) and calls (counter). */
+  char tmp_name[128];
+  snprintf(tmp_name, sizeof tmp_name, ".tmp.%ld.%lx.%u", (long)getpid(),
+           (unsigned long)(uintptr_t)&thread_marker, atomic_fetch_add(&counter, 1u));
+  char *tmp = join_path(dir, tmp_name);
+  int rc = -1;
+  if (tmp) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+      unsigned char header[FCL_CACHE_HEADER_SIZE];
+      encode_header(header, key, tag, payload, size);
+      int ok = write_all(fd, header, sizeof header) == 0 && write_all(fd, payload, size) == 0;
+      ok = close(fd) == 0 && ok;
+      if (ok && rename(tmp, path) == 0) rc = 0;
+      else unlink(tmp);
+    }
+  }
+  free(tmp);
+  free(path);
+  return rc;
+}
+
+/* Reads a whole file; NULL on any failure. */
+static unsigned char *read_file(const char *path, size_t *size) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return NULL;
+  struct stat st;
+  unsigned char *data = NULL;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+      (uint64_t)st.st_size <= CACHE_MAX_PAYLOAD + FCL_CACHE_HEADER_SIZE &&
+      (data = malloc((size_t)st.st_size))) {
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+      ssize_t r = read(fd, data + got, (size_t)st.st_size - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (got != (size_t)st.st_size) {
+      free(data);
+      data = NULL;
+    } else {
+      *size = got;
+    }
+  }
+  close(fd);
+  return data;
+}
+
+/* The payload of a verified entry for key, or NULL. */
+static const unsigned char *verify_entry(const unsigned char *data, size_t size, const fcl_cache_key *key,
+                                         size_t *payload_size) {
+  if (size < FCL_CACHE_HEADER_SIZE || memcmp(data, CACHE_MAGIC, 8) != 0 ||
+      get_u32(data + 8) != CACHE_FORMAT_VERSION || get_u32(data + 12) != FCL_CACHE_HEADER_SIZE ||
+      memcmp(data + 16, key->bytes, FCL_CACHE_KEY_SIZE) != 0 ||
+      get_u64(data + 64) != (uint64_t)(size - FCL_CACHE_HEADER_SIZE) || size == FCL_CACHE_HEADER_SIZE)
+    return NULL;
+  unsigned char sum[32];
+  fcl_sha256(data + FCL_CACHE_HEADER_SIZE, size - FCL_CACHE_HEADER_SIZE, sum);
+  if (memcmp(sum, data + 72, 32) != 0) return NULL;
+  *payload_size = size - FCL_CACHE_HEADER_SIZE;
+  return data + FCL_CACHE_HEADER_SIZE;
+}
+
+/* ---- the hooks used by program.c (the caller holds ctx->lock) ---- */
+
+cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key) {
+  fcl_cache_key_compute(&ctx->caps, source, options, key);
+  if (!ctx->cache_dir) return NULL;
+  char *path = entry_path(ctx->cache_dir, key);
+  if (!path) return NULL;
+  size_t size = 0, payload_size = 0;
+  unsigned char *data = read_file(path, &size);
+  int present = data != NULL || access(path, F_OK) == 0;
+  free(path);
+  const unsigned char *payload = data ? verify_entry(data, size, key, &payload_size) : NULL;
+  cl_program program = NULL;
+  if (payload) {
+    cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+    program = clCreateProgramWithBinary(ctx->context, 1, &ctx->device, &payload_size, &payload, &status, &err);
+    if (err != CL_SUCCESS || status != CL_SUCCESS) {
+      if (program && err == CL_SUCCESS) clReleaseProgram(program);
+      program = NULL;
+    } else {
+      size_t kernels = 0;
+      if (clBuildProgram(program, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS ||
+          clGetProgramInfo(program, CL_PROGRAM_NUM_KERNELS, sizeof kernels, &kernels, NULL) != CL_SUCCESS ||
+          kernels == 0) {
+        clReleaseProgram(program);
+        program = NULL;
+      }
+    }
+  }
+  free(data);
+  if (program) {
+    ++ctx->cache_disk_hits;
+    ctx->cache_last = FCL_CACHE_DISK;
+  } else if (present) {
+    ++ctx->cache_disk_rejected;
+  }
+  return program;
+}
+
+void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, cl_program program) {
+  ++ctx->cache_source_builds;
+  ctx->cache_last = FCL_CACHE_SOURCE;
+  if (!ctx->cache_dir) return;
+  cl_uint devices = 0;
+  size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof devices, &devices, NULL) != CL_SUCCESS ||
+      devices != 1 ||
+      clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0 ||
+      size > CACHE_MAX_PAYLOAD) {
+    ++ctx->cache_disk_write_failures;
+    return;
+  }
+  unsigned char *binary = malloc(size);
+  unsigned char tag[FCL_CACHE_TAG_SIZE];
+  fcl_cache_device_tag(&ctx->caps, tag);
+  if (binary && clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) == CL_SUCCESS &&
+      fcl_cache_write_entry(ctx->cache_dir, key, tag, binary, size) == 0)
+    ++ctx->cache_disk_writes;
+  else
+    ++ctx->cache_disk_write_failures;
+  free(binary);
+}
+
+void fcl_cache_note_memory_hit(fcl_context *ctx) {
+  ++ctx->cache_memory_hits;
+  ctx->cache_last = FCL_CACHE_MEMORY;
+}
+
+/* Counts the entries in dir whose header names this device (valid magic, version and device tag). */
+static void count_device_entries(const char *dir, const fcl_device_caps *caps, uint64_t *count, uint64_t *bytes) {
+  *count = *bytes = 0;
+  DIR *d = opendir(dir);
+  if (!d) return;
+  unsigned char tag[FCL_CACHE_TAG_SIZE];
+  fcl_cache_device_tag(caps, tag);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const size_t n = strlen(e->d_name);
+    if (n != 2 * FCL_CACHE_KEY_SIZE + 4 || strcmp(e->d_name + n - 4, ".bin") != 0) continue;
+    char *path = join_path(dir, e->d_name);
+    if (!path) continue;
+    int fd = open(path, O_RDONLY);
+    free(path);
+    if (fd < 0) continue;
+    unsigned char h[FCL_CACHE_HEADER_SIZE];
+    struct stat st;
+    if (fstat(fd, &st) == 0 && read(fd, h, sizeof h) == (ssize_t)sizeof h && memcmp(h, CACHE_MAGIC, 8) == 0 &&
+        get_u32(h + 8) == CACHE_FORMAT_VERSION && memcmp(h + 48, tag, FCL_CACHE_TAG_SIZE) == 0) {
+      ++*count;
+      *bytes += (uint64_t)st.st_size;
+    }
+    close(fd);
+  }
+  closedir(d);
+}
+
+fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out) {
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&ctx->lock);
+  out->cache_dir = ctx->cache_dir;
+  out->memory_hits = ctx->cache_memory_hits;
+  out->disk_hits = ctx->cache_disk_hits;
+  out->disk_rejected = ctx->cache_disk_rejected;
+  out->source_builds = ctx->cache_source_builds;
+  out->disk_writes = ctx->cache_disk_writes;
+  out->disk_write_failures = ctx->cache_disk_write_failures;
+  out->last = (fcl_cache_source)ctx->cache_last;
+  pthread_mutex_unlock(&ctx->lock);
+  if (ctx->cache_dir) count_device_entries(ctx->cache_dir, &ctx->caps, &out->device_entries, &out->device_bytes);
+  return FCL_SUCCESS;
+}
