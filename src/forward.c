@@ -50,15 +50,53 @@ static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl
                   ctx->caps.device_name);
 }
 
+static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/flash_fwd_mma.cl"};
+
+/* The tensor-core kernel for plan t, or a reason why it cannot run (why). The caller holds ctx->lock. */
+static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel *kernel,
+                          char *why, size_t why_size) {
+  if (ctx->nvidia_mma_failed) {
+    snprintf(why, why_size, "the tensor-core kernel failed to build on this device earlier");
+    return -1;
+  }
+  char defines[256];
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d", (int)p->dtype,
+           t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc);
+  if (fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel) != FCL_SUCCESS) {
+    ctx->nvidia_mma_failed = 1;
+    snprintf(why, why_size, "the tensor-core kernel failed to build");
+    fcl_clear_error();
+    return -1;
+  }
+  size_t wg = 0;
+  if (clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS ||
+      wg < (size_t)t->wg) {
+    snprintf(why, why_size, "the tensor-core kernel admits %zu work-items, fewer than its %d", wg, t->wg);
+    return -1;
+  }
+  return 0;
+}
+
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
+  fcl_tile_plan nv;
+  char why[192];
+  if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
+    if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
+      *plan = nv;
+      return FCL_SUCCESS;
+    }
+  } else {
+    snprintf(why, sizeof why, "%s", nv.reason);
+  }
   fcl_status st = portable_forward(ctx, (int)p->d, p->dtype, plan, kernel);
-  if (!st && (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
-    snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason),
-             "; portable only by request");
+  /* Say why the vendor kernel was not taken where one exists for the platform. */
+  if (!st && (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY)))
+    snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
   return st;
 }
 
-static fcl_status enqueue_portable(cl_command_queue queue, const fcl_problem *p,
+/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows. */
+static fcl_status enqueue_forward(cl_command_queue queue, const fcl_problem *p,
                                    const fcl_tile_plan *t, cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v,
                                    cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait, cl_event *event) {
   cl_uint a = 0;
@@ -90,7 +128,7 @@ fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const
   fcl_tile_plan plan;
   cl_kernel kernel;
   st = fcl_select_forward(ctx, &p, &plan, &kernel);
-  if (!st) st = enqueue_portable(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
+  if (!st) st = enqueue_forward(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }

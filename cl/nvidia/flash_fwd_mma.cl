@@ -1,0 +1,315 @@
+/* Tensor-core FlashAttention-2 forward for NVIDIA GPUs of compute capability 8.0 and up, through inline
+ * PTX: mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async.
+ *
+ * A work-group of NW warps owns BR = NW * MT * 16 query rows of one (batch, head); each warp owns MT
+ * tiles of 16 rows. The warp keeps its Q fragments and its O accumulator in registers. K and V tiles of
+ * BC rows stream through two local buffers with cp.async: V(j) loads while S = Q K(j)^T is computed, and
+ * K(j+1) loads while O += P V(j) is computed. S is computed and softmaxed in the mma accumulator layout;
+ * its rounded probabilities are reused in registers directly as the A operand of P V.
+ *
+ * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up to
+ * 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
+ * bank conflicts), NW, MT, BC. The host takes this kernel only when every row of q, k, v and o starts on a
+ * 16-byte boundary and scale > 0. Key rows beyond seqlen_k and columns beyond D are zero-filled in local
+ * memory (cp.async with source size 0 reads nothing); query rows beyond seqlen_q are computed on zeros
+ * and never written.
+ *
+ * Accumulator fragment of one m16n8 tile, lane = 4 g + t: c0 c1 at row g, columns 2t and 2t+1; c2 c3 at
+ * row g + 8. So each lane holds two rows of S (hr = 0: row g, hr = 1: row g + 8), and the four lanes of a
+ * quad together hold a row: row maxima and sums reduce over the quad with shfl.bfly 1 and 2.
+ */
+#if DTYPE == 1
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define CVT_OP "cvt.rn.f16x2.f32"
+#elif DTYPE == 2
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define CVT_OP "cvt.rn.bf16x2.f32"
+#else
+#error "flash_fwd_mma takes DTYPE 1 (f16) or 2 (bf16)"
+#endif
+
+#define WG (NW * 32)
+#define BR (NW * MT * 16)
+#define KT (DP / 16) /* k steps of Q K^T over the head dimension */
+#define NT (BC / 8)  /* n8 tiles of S */
+#define PT (BC / 16) /* k steps of P V over the keys */
+#define OT (DP / 8)  /* n8 tiles of O */
+#define CH (DP / 8)  /* 16-byte chunks in a row of a tile */
+#define TILE (BC * DS)
+#define SMEM (2 * TILE > BR * DS ? 2 * TILE : BR * DS) /* elements: K and V tiles, later the O tile */
+
+#if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
+#error "flash_fwd_mma: inconsistent tile defines"
+#endif
+
+/* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
+#define SMEM_ADDR(p) ((uint)(size_t)(p))
+
+/* 16 bytes global -> local, asynchronously; bytes 0 zero-fills the destination and reads nothing. */
+#define CP_ASYNC16(dst, src, bytes)                                                                     \
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SMEM_ADDR(dst)), "l"((ulong)(src)), \
+               "r"(bytes)                                                                              \
+               : "memory")
+#define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
+#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
+#define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"       \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+#define LDSM_X4_T(r0, r1, r2, r3, addr)                                                  \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+
+/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). */
+#define MMA(c, a, b0, b1)                                                                              \
+  asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                     \
+               : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
+               : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
+/* Two floats rounded to the storage type and packed, lo in the low half. */
+inline uint fcl_pack2(float lo, float hi) {
+  uint r;
+  asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+inline float fcl_shfl_xor1(float x) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+inline float fcl_shfl_xor2(float x) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. */
+inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, int k0, int nk, int lid) {
+#pragma unroll
+  for (int i = 0; i < (BC * CH + WG - 1) / WG; ++i) {
+    const int c = lid + i * WG;
+    if ((BC * CH) % WG == 0 || c < BC * CH) {
+      const int r = c / CH, cc = c % CH;
+      const bool ok = k0 + r < nk && cc * 8 < D;
+      __global const store_t *s = ok ? src + (long)(k0 + r) * sn + cc * 8 : src;
+      CP_ASYNC16(dst + r * DS + cc * 8, s, ok ? 16 : 0);
+    }
+  }
+  CP_ASYNC_COMMIT();
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+                   __global store_t *o, __global float *lse,
+                   long q_off, long q_sb, long q_sh, long q_sn,
+                   long k_off, long k_sb, long k_sh, long k_sn,
+                   long v_off, long v_sb, long v_sh, long v_sn,
+                   long o_off, long o_sb, long o_sh, long o_sn,
+                   int num_heads, int group, int nq, int nk, int causal, float scale) {
+  __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
+  __local ushort *Ks = (__local ushort *)smem;
+  __local ushort *Vs = Ks + TILE;
+
+  const int lid = get_local_id(0);
+  const int lane = lid & 31, warp = lid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  /* Causal blocks further down hold more work: start them first. */
+  const int qb = causal ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0);
+  const int q0 = qb * BR;
+  const int h = get_group_id(1);
+  const int b = get_group_id(2);
+  const int hk = h / group;
+
+  q += q_off + b * q_sb + h * q_sh;
+  k += k_off + b * k_sb + hk * k_sh;
+  v += v_off + b * v_sb + hk * v_sh;
+  o += o_off + b * o_sb + h * o_sh;
+
+  /* Query row i sees keys j <= i + nk - nq; the block's last row bounds the keys it needs. */
+  const int diag = nk - nq;
+  const int kv_end = causal ? clamp(q0 + BR + diag, 0, nk) : nk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, 0, nk, lid);
+
+  /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
+     eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
+  const int wrow = warp * MT * 16;
+  uint qa[MT][KT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
+    __global const store_t *p0 = q + (long)r0 * q_sn, *p1 = q + (long)r1 * q_sn;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
+      qa[mt][kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
+      qa[mt][kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
+      qa[mt][kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
+      qa[mt][kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
+    }
+  }
+
+  float acc[MT][OT][4];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < OT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][i][e] = 0.0f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+  const float sl2 = scale * FCL_LOG2E;
+
+  /* Per-lane ldmatrix row addresses. K (B of Q K^T, no transpose): matrices (keys 0-7, d 0-7),
+     (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) give b0b1, b2b3 of two n8 tiles.
+     V (B of P V, transposed): (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15). */
+  const uint k_lane = SMEM_ADDR(Ks + ((lane & 7) + (lane >> 4) * 8) * DS + ((lane >> 3) & 1) * 8);
+  const uint v_lane = SMEM_ADDR(Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int k0 = j * BC;
+    CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
+    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
+    fcl_load_tile(Vs, v, v_sn, k0, nk, lid);
+
+    float s[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint b0, b1, b2, b3;
+        LDSM_X4(b0, b1, b2, b3, k_lane + (uint)((np * 16 * DS + kk * 16) * 2));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          MMA(s[mt][2 * np], qa[mt][kk], b0, b1);
+          MMA(s[mt][2 * np + 1], qa[mt][kk], b2, b3);
+        }
+      }
+    }
+
+    /* Mask keys beyond nk and above the causal diagonal (only tiles that reach either). */
+    if (k0 + BC > nk || (causal && k0 + BC - 1 > q0 + diag)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
+            const int col = k0 + i * 8 + 2 * t + (e & 1);
+            if (col >= nk || (causal && col > row + diag)) s[mt][i][e] = -INFINITY;
+          }
+    }
+
+    /* Online softmax in log2 units: p = 2^(s sl2 - m sl2); scale > 0, so the raw maximum is the scaled one. */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = m[mt][hr];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) mx = fmax(mx, fmax(s[mt][i][2 * hr], s[mt][i][2 * hr + 1]));
+        mx = fmax(mx, fcl_shfl_xor1(mx));
+        mx = fmax(mx, fcl_shfl_xor2(mx));
+        /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
+        const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
+        const float alpha = native_exp2(m[mt][hr] * sl2 - mu);
+        m[mt][hr] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          const float p0 = native_exp2(fma(s[mt][i][2 * hr], sl2, -mu));
+          const float p1 = native_exp2(fma(s[mt][i][2 * hr + 1], sl2, -mu));
+          s[mt][i][2 * hr] = p0;
+          s[mt][i][2 * hr + 1] = p1;
+          sum += p0 + p1;
+        }
+        l[mt][hr] = l[mt][hr] * alpha + sum;
+#pragma unroll
+        for (int i = 0; i < OT; ++i) {
+          acc[mt][i][2 * hr] *= alpha;
+          acc[mt][i][2 * hr + 1] *= alpha;
+        }
+      }
+    }
+
+    /* P in the A layout of P V: the accumulators of n8 tiles 2kt and 2kt+1 are the m16k16 fragment kt. */
+    uint pa[MT][PT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kt = 0; kt < PT; ++kt) {
+        pa[mt][kt][0] = fcl_pack2(s[mt][2 * kt][0], s[mt][2 * kt][1]);
+        pa[mt][kt][1] = fcl_pack2(s[mt][2 * kt][2], s[mt][2 * kt][3]);
+        pa[mt][kt][2] = fcl_pack2(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
+        pa[mt][kt][3] = fcl_pack2(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
+      }
+
+    CP_ASYNC_WAIT_ALL(); /* V(j) has landed */
+    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j) */
+    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sn, k0 + BC, nk, lid);
+
+#pragma unroll
+    for (int kt = 0; kt < PT; ++kt) {
+#pragma unroll
+      for (int np = 0; np < OT / 2; ++np) {
+        uint b0, b1, b2, b3;
+        LDSM_X4_T(b0, b1, b2, b3, v_lane + (uint)((kt * 16 * DS + np * 16) * 2));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          MMA(acc[mt][2 * np], pa[mt][kt], b0, b1);
+          MMA(acc[mt][2 * np + 1], pa[mt][kt], b2, b3);
+        }
+      }
+    }
+  }
+
+  /* Row sums over the quad; then O through local memory, so the global write is 16 bytes a work-item. */
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l[mt][hr] += fcl_shfl_xor1(l[mt][hr]);
+      l[mt][hr] += fcl_shfl_xor2(l[mt][hr]);
+    }
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles; no copy is in flight */
+  __local ushort *Os = Ks;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int rl = wrow + mt * 16 + g + hr * 8;
+      const float inv = l[mt][hr] > 0.0f ? 1.0f / l[mt][hr] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < OT; ++i)
+        *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
+            fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
+      const int row = q0 + rl;
+      if (lse && t == 0 && row < nq)
+        lse[((long)b * num_heads + h) * nq + row] =
+            l[mt][hr] > 0.0f ? (m[mt][hr] * sl2 + log2(l[mt][hr])) * FCL_LN2 : -INFINITY;
+    }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int i = 0; i < (BR * CH + WG - 1) / WG; ++i) {
+    const int c = lid + i * WG;
+    const int r = c / CH, cc = c % CH;
+    const int row = q0 + r;
+    if (c < BR * CH && row < nq && cc * 8 < D)
+      *(__global uint4 *)(o + (long)row * o_sn + cc * 8) = *(__local const uint4 *)(Os + r * DS + cc * 8);
+  }
+}

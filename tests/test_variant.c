@@ -1,0 +1,185 @@
+/* Which forward kernel variant runs, and that the tensor-core one is right where it runs.
+ *
+ * 1. The pure planner over made-up devices: the tensor-core plan applies only to NVIDIA platforms of
+ *    compute capability 8.0 and up, f16/bf16, head_dim a multiple of 8 up to 256, 16-byte aligned rows,
+ *    scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
+ * 2. On the test device: fcl_describe_plan reports "nvidia_mma" for f16/bf16 at head_dim 64 and 128 exactly
+ *    when the device is NVIDIA with compute capability >= 8.0 (never on other platforms, e.g. PoCL), and
+ *    "portable" for f32, unaligned rows, odd head dims, FCL_FLAG_PORTABLE_ONLY and FLASHCL_PORTABLE_ONLY=1.
+ * 3. The same cases run through each context against the float64 reference (bounds of forward_check.h), so
+ *    the variant that was reported is also the one checked. */
+#include "forward_check.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) {
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = 2;
+  desc.num_heads = 4;
+  desc.seqlen_q = 100;
+  desc.seqlen_k = 100;
+  desc.head_dim = d;
+  desc.dtype = dtype;
+  desc.q_offset = desc.k_offset = desc.v_offset = desc.o_offset = offset;
+  fcl_problem p;
+  memset(&p, 0, sizeof p);
+  if (fcl_resolve_problem(&desc, &p) != FCL_SUCCESS) printf("     resolve failed: %s\n", fcl_last_error());
+  return p;
+}
+
+static void planner_cases(void) {
+  fcl_device_caps nv;
+  memset(&nv, 0, sizeof nv);
+  nv.vendor = FCL_VENDOR_NVIDIA;
+  nv.nv_cc_major = 9;
+  nv.local_mem_size = 48 << 10;
+  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
+  nv.is_gpu = 1;
+  fcl_tile_plan t;
+  for (int d = 8; d <= 256; d += 8)
+    for (int dt = 1; dt <= 2; ++dt) {
+      fcl_problem p = problem(d, (fcl_dtype)dt, 0);
+      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, &t) == 0 && t.kernel == FCL_KERNEL_NVIDIA_MMA &&
+                     t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 && t.bc % 16 == 0 &&
+                     t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
+                     t.local_bytes == fcl_nvidia_forward_local_bytes(&t) && t.local_bytes <= nv.local_mem_size;
+      if (!ok || d == 64 || d == 128 || d == 256)
+        check(ok, "planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, %d rows x %d keys, %zu B", dtype_name((fcl_dtype)dt),
+              d, t.br, t.bc, t.local_bytes);
+    }
+  struct {
+    const char *what;
+    int vendor, cc;
+    unsigned flags;
+    int64_t d, offset;
+    fcl_dtype dtype;
+    float scale;
+  } no[] = {
+      {"compute capability 7.x", FCL_VENDOR_NVIDIA, 7, 0, 64, 0, FCL_DTYPE_F16, 0},
+      {"AMD platform", FCL_VENDOR_AMD, 0, 0, 64, 0, FCL_DTYPE_F16, 0},
+      {"other platform (PoCL)", FCL_VENDOR_OTHER, 0, 0, 128, 0, FCL_DTYPE_BF16, 0},
+      {"FCL_FLAG_PORTABLE_ONLY", FCL_VENDOR_NVIDIA, 9, FCL_FLAG_PORTABLE_ONLY, 64, 0, FCL_DTYPE_F16, 0},
+      {"f32", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F32, 0},
+      {"head_dim 65", FCL_VENDOR_NVIDIA, 9, 0, 65, 0, FCL_DTYPE_F16, 0},
+      {"head_dim 136 -> 264", FCL_VENDOR_NVIDIA, 9, 0, 136, 0, FCL_DTYPE_F16, 0},
+      {"offset 4 elements", FCL_VENDOR_NVIDIA, 9, 0, 64, 4, FCL_DTYPE_BF16, 0},
+      {"negative scale", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F16, -0.1f},
+  };
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; ++i) {
+    fcl_device_caps caps = nv;
+    caps.vendor = no[i].vendor;
+    caps.nv_cc_major = no[i].cc;
+    fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
+    if (no[i].scale != 0) p.scale = no[i].scale;
+    if (no[i].d == 136) p.d = 264; /* beyond what the descriptor admits: the planner must still decline */
+    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, &t);
+    check(r != 0 && t.kernel == FCL_KERNEL_PORTABLE && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
+          t.reason);
+  }
+  /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
+  fcl_device_caps small = nv;
+  small.local_mem_size = 24 << 10;
+  fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
+  int r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  check(r == 0 && t.bc < 64 && t.local_bytes <= small.local_mem_size,
+        "planner: 24 KiB local memory, head_dim 128: %d-key tiles, %zu B", t.bc, t.local_bytes);
+  small.local_mem_size = 8 << 10;
+  r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
+}
+
+/* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */
+static int describe(fcl_context *ctx, int64_t d, fcl_dtype dtype, int64_t offset, fcl_plan_info *info) {
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = 1;
+  desc.num_heads = 2;
+  desc.seqlen_q = desc.seqlen_k = 300;
+  desc.head_dim = d;
+  desc.dtype = dtype;
+  desc.q_offset = desc.k_offset = desc.v_offset = desc.o_offset = offset;
+  memset(info, 0, sizeof *info);
+  fcl_status st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, info);
+  if (st != FCL_SUCCESS) printf("     fcl_describe_plan: %s: %s\n", fcl_status_string(st), fcl_last_error());
+  return st == FCL_SUCCESS;
+}
+
+static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype dtype, int64_t offset, int want_mma) {
+  fcl_plan_info info;
+  const int ok = describe(ctx, d, dtype, offset, &info);
+  const char *want = want_mma ? "nvidia_mma" : "portable";
+  check(ok && strcmp(info.kernel, want) == 0, "%s: %s head_dim %lld%s runs %s (reported %s: %s)", ctx_name,
+        dtype_name(dtype), (long long)d, offset ? ", rows unaligned" : "", want, info.kernel, info.reason);
+}
+
+int main(void) {
+  test_seed();
+  planner_cases();
+
+  const char *env_off = getenv("FLASHCL_PORTABLE_ONLY");
+  const int forced_off = env_off && env_off[0] && strcmp(env_off, "0") != 0;
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+  fcl_device_caps caps;
+  if (fcl_probe_device(env.device, &caps) != FCL_SUCCESS) {
+    printf("FAIL probe: %s\n", fcl_last_error());
+    return 1;
+  }
+  const int has_mma = caps.vendor == FCL_VENDOR_NVIDIA && caps.nv_cc_major >= 8;
+  printf("device: vendor %d, compute capability %d.%d: tensor-core forward %s%s\n", caps.vendor, caps.nv_cc_major,
+         caps.nv_cc_minor, has_mma ? "expected" : "not expected", forced_off ? " (but FLASHCL_PORTABLE_ONLY is set)" : "");
+  const int mma = has_mma && !forced_off;
+
+  static const int64_t dims[] = {64, 128};
+  for (int i = 0; i < 2; ++i) {
+    expect(env.fcl, "default", dims[i], FCL_DTYPE_F16, 0, mma);
+    expect(env.fcl, "default", dims[i], FCL_DTYPE_BF16, 0, mma);
+  }
+  expect(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
+  expect(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
+  expect(env.fcl, "default", 63, FCL_DTYPE_F16, 0, 0);
+
+  /* FCL_FLAG_PORTABLE_ONLY and FLASHCL_PORTABLE_ONLY=1 force the portable kernel. */
+  fcl_context_options opts;
+  memset(&opts, 0, sizeof opts);
+  opts.flags = FCL_FLAG_PORTABLE_ONLY;
+  fcl_context *portable = NULL;
+  fcl_status st = fcl_context_create(env.context, env.device, &opts, &portable);
+  check(st == FCL_SUCCESS, "context with FCL_FLAG_PORTABLE_ONLY");
+  if (portable)
+    for (int i = 0; i < 2; ++i) {
+      expect(portable, "FCL_FLAG_PORTABLE_ONLY", dims[i], FCL_DTYPE_F16, 0, 0);
+      expect(portable, "FCL_FLAG_PORTABLE_ONLY", dims[i], FCL_DTYPE_BF16, 0, 0);
+    }
+  setenv("FLASHCL_PORTABLE_ONLY", "1", 1);
+  fcl_context *env_portable = NULL;
+  st = fcl_context_create(env.context, env.device, NULL, &env_portable);
+  if (env_off) setenv("FLASHCL_PORTABLE_ONLY", env_off, 1);
+  else unsetenv("FLASHCL_PORTABLE_ONLY");
+  check(st == FCL_SUCCESS, "context with FLASHCL_PORTABLE_ONLY=1");
+  if (env_portable) expect(env_portable, "FLASHCL_PORTABLE_ONLY=1", 128, FCL_DTYPE_F16, 0, 0);
+
+  /* The same shapes computed by each context, against the float64 reference. */
+  const fwd_case cases[] = {
+      {2, 4, 0, 300, 300, 64, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1},
+      {2, 4, 2, 300, 257, 128, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1},
+      {1, 4, 1, 129, 300, 128, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1},
+      {1, 2, 0, 200, 200, 64, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1},
+  };
+  fcl_context *own = env.fcl;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    run_forward_case(&env, env.queue, &cases[i], fcl_attention_forward, mma ? "nvidia_mma" : "default");
+    if (portable) {
+      env.fcl = portable;
+      run_forward_case(&env, env.queue, &cases[i], fcl_attention_forward, "portable");
+      env.fcl = own;
+    }
+  }
+  fcl_context_release(env_portable);
+  fcl_context_release(portable);
+  test_close(&env);
+  return test_summary("test_variant");
+}
