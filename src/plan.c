@@ -65,9 +65,9 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
     return 0;
   }
 
-  /* Wider tc keeps each work-item's O slice (dn columns) short; 128 work-items per group is a
-     good default on GPUs and harmless on CPUs, where a work-group runs as one loop. */
-  const int tc_first = head_dim >= 64 ? 16 : head_dim >= 16 ? 8 : 4;
+  /* tc sets each work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the
+     shapes measured on an H200 (docs/notes-portable.md); 128 work-items per group. */
+  const int tc_first = head_dim > 64 ? 16 : head_dim >= 16 ? 8 : 4;
   static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
   for (int tc = tc_first; tc >= 1; tc /= 2)
     for (int tr = 128 / tc; tr >= 1; tr /= 2)
