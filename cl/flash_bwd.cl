@@ -76,7 +76,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
   const int lid = get_local_id(0);
   const int tc = lid % TC;
   const int tr = lid / TC;
-  const int k0 = get_group_id(0) * BM;
+  const int k0 = get_group_id(0) * BM; /* causal: the first key blocks are seen by the most queries */
   const int hk = get_group_id(1);
   const int b = get_group_id(2);
 
@@ -196,7 +196,8 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   const int lid = get_local_id(0);
   const int tc = lid % TC;
   const int tr = lid / TC;
-  const int q0 = get_group_id(0) * BM;
+  /* Causal: the last query blocks see the most keys, so they take the first group ids and start first. */
+  const int q0 = (causal ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
   const int hk = h / group;

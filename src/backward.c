@@ -161,7 +161,9 @@ static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, 
 }
 
 /* Sets every argument of the three kernels (nothing is enqueued if one fails), then enqueues them as a
-   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV; dQ's event is the caller's. */
+   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV; dQ's event is the caller's. Only a
+   failing clEnqueueNDRangeKernel after the first (an OpenCL failure, not a bad argument) can leave part
+   of the chain enqueued; it then still runs in order and writes only the buffers named as outputs. */
 static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
                                    const fcl_tile_plan plans[2], cl_kernel kernels[3], cl_mem q, cl_mem k,
                                    cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q, cl_mem d_k,
@@ -235,4 +237,28 @@ fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, cons
                           wait, event);
   pthread_mutex_unlock(&ctx->lock);
   return st;
+}
+
+fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&ctx->lock);
+  fcl_tile_plan plans[2];
+  cl_kernel kernels[3];
+  fcl_status st = fcl_select_backward(ctx, p, plans, kernels);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st) return st;
+  const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
+  snprintf(out->kernel, sizeof out->kernel, "portable");
+  snprintf(out->reason, sizeof out->reason,
+           "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
+           "per step, %dx%d work-items, %zu B; within %llu B of local memory",
+           kv->bc, kv->br, kv->tr, kv->tc, kv->local_bytes, qp->br, qp->bc, qp->tr, qp->tc, qp->local_bytes,
+           (unsigned long long)ctx->caps.local_mem_size);
+  out->block_q = qp->br;
+  out->block_k = kv->bc;
+  out->work_group_size = kv->wg > qp->wg ? kv->wg : qp->wg;
+  out->local_mem_bytes = kv->local_bytes > qp->local_bytes ? kv->local_bytes : qp->local_bytes;
+  out->work_groups = (size_t)((p->nk + kv->bc - 1) / kv->bc) * (size_t)p->kv_heads * (size_t)p->batch +
+                     (size_t)((p->nq + qp->br - 1) / qp->br) * (size_t)p->heads * (size_t)p->batch;
+  return FCL_SUCCESS;
 }

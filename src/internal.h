@@ -197,6 +197,10 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
 /* Plans and builds the backward kernels for p: plans[FCL_BWD_DKDV], plans[FCL_BWD_DQ]; kernels[0] the
    pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ. Caller holds ctx->lock. */
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[3]);
+/* fcl_describe_plan's answer for FCL_OP_BACKWARD: block_q the dQ kernel's query rows per work-group,
+   block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
+   work_groups both launches together. Takes ctx->lock itself. */
+fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out);
 
 /* ---- reference.c ---- */
 

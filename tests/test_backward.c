@@ -11,6 +11,7 @@
  * f16 2.4e-4, bf16 4.9e-3 (Nq=200 Nk=2; other bf16 cases stay below 2.7e-3). f16 and bf16 are dominated by
  * rounding the gradients to the storage type (2^-11 and 2^-8 relative). */
 #include "backward_check.h"
+#include "internal.h" /* fcl_describe_backward */
 
 #include <math.h>
 #include <stdlib.h>
@@ -210,6 +211,29 @@ static void validation_checks(test_env *env) {
     if (all[i]) clReleaseMemObject(all[i]);
 }
 
+/* What fcl_describe_plan reports for the backward pass: the plans that run, within the device's limits. */
+static void describe_checks(test_env *env) {
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = 2, desc.num_heads = 4, desc.num_kv_heads = 2, desc.seqlen_q = 300, desc.seqlen_k = 200;
+  desc.head_dim = 64, desc.dtype = FCL_DTYPE_F16, desc.causal = 1;
+  fcl_problem p;
+  fcl_plan_info info;
+  cl_ulong local = 0;
+  size_t max_wg = 0;
+  clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+  clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+  fcl_status st = fcl_resolve_problem(&desc, &p);
+  if (!st) st = fcl_describe_backward(env->fcl, &p, &info);
+  const size_t groups = (size_t)((200 + info.block_k - 1) / (info.block_k ? info.block_k : 1)) * 2 * 2 +
+                        (size_t)((300 + info.block_q - 1) / (info.block_q ? info.block_q : 1)) * 4 * 2;
+  check(st == FCL_SUCCESS && info.block_q >= 1 && info.block_k >= 1 && info.local_mem_bytes <= local &&
+            (size_t)info.work_group_size <= max_wg && info.work_groups == groups && *info.reason,
+        "backward plan: %s, block_q %d, block_k %d, %d work-items, %zu B local, %zu work-groups: %s",
+        st ? fcl_last_error() : info.kernel, info.block_q, info.block_k, info.work_group_size, info.local_mem_bytes,
+        info.work_groups, info.reason);
+}
+
 int main(int argc, char **argv) {
   int small = 0, quick = 0;
   for (int i = 1; i < argc; ++i) {
@@ -247,6 +271,7 @@ int main(int argc, char **argv) {
       skip("out-of-order queue: the device does not support one");
     }
   }
+  describe_checks(&env);
   test_close(&env);
   return test_summary("test_backward");
 }
