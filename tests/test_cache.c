@@ -9,11 +9,13 @@
  *   test_cache                         the suite
  *   test_cache --child-load DIR        (internal) one forward from DIR's cache; exit 0 when it was a disk hit
  *   test_cache --child-populate DIR T  (internal) one forward after CLOCK_REALTIME T (ns); exit 0 on success
+ *   FLASHCL_CACHE_TEST_DIR (environment) moves the scratch directories elsewhere
  */
 #include "forward_check.h"
 #include "internal.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -410,6 +412,58 @@ static void test_damage(test_env *env, const char *base, damage kind, const unsi
   free(dir);
 }
 
+/* ---- threads of one process, each with its own context, populating one key at once ---- */
+
+typedef struct writer {
+  test_env env; /* a copy of the shared one with its own fcl_context and queue */
+  const char *dir;
+  int result;
+  fcl_cache_stats st;
+} writer;
+
+static void *writer_run(void *arg) {
+  writer *w = arg;
+  w->result = run_forward_case(&w->env, w->env.queue, &base_case, fcl_attention_forward, "thread");
+  fcl_context_cache_stats(w->env.fcl, &w->st);
+  return NULL;
+}
+
+static void test_threads(test_env *env, const char *base) {
+  char *dir = make_dir(base, "threads");
+  writer w[4];
+  pthread_t t[4];
+  int ready = 1;
+  for (int i = 0; i < 4; ++i) {
+    w[i].env = *env;
+    w[i].dir = dir;
+    w[i].result = 1;
+    fcl_context_options o = {dir, NULL, 0};
+    cl_int err;
+    w[i].env.queue = clCreateCommandQueue(env->context, env->device, 0, &err);
+    ready &= err == CL_SUCCESS && fcl_context_create(env->context, env->device, &o, &w[i].env.fcl) == FCL_SUCCESS;
+  }
+  if (!ready) {
+    check(0, "threads: could not create four contexts and queues");
+    return;
+  }
+  for (int i = 0; i < 4; ++i) pthread_create(&t[i], NULL, writer_run, &w[i]);
+  int all = 1;
+  unsigned long long builds = 0, hits = 0, writes = 0;
+  for (int i = 0; i < 4; ++i) {
+    pthread_join(t[i], NULL);
+    all &= w[i].result == 0;
+    builds += w[i].st.source_builds, hits += w[i].st.disk_hits, writes += w[i].st.disk_writes;
+    fcl_context_release(w[i].env.fcl);
+    clReleaseCommandQueue(w[i].env.queue);
+  }
+  int others;
+  int n = count_files(dir, &others, NULL);
+  check(all && builds + hits == 4 && writes == builds && n == 1 && others == 0,
+        "four threads, four contexts, one key: all correct (%llu built, %llu loaded), one entry, no temporary files",
+        builds, hits);
+  free(dir);
+}
+
 int main(int argc, char **argv) {
   self_path = argv[0];
   if (argc >= 2 && strncmp(argv[1], "--child-", 8) == 0) return child_main(argc, argv);
@@ -418,9 +472,12 @@ int main(int argc, char **argv) {
   setenv("POCL_KERNEL_CACHE", "0", 1);
   unsetenv("FLASHCL_KERNEL_DIR");
   test_seed();
-  mkdir(FLASHCL_CACHE_TEST_DIR, 0755);
+  /* $FLASHCL_CACHE_TEST_DIR moves the scratch space (e.g. somewhere an unprivileged user may write). */
+  const char *scratch = getenv("FLASHCL_CACHE_TEST_DIR");
+  if (!scratch || !*scratch) scratch = FLASHCL_CACHE_TEST_DIR;
+  mkdir(scratch, 0755);
   char base[4096];
-  snprintf(base, sizeof base, "%s/run.%ld", FLASHCL_CACHE_TEST_DIR, (long)getpid());
+  snprintf(base, sizeof base, "%s/run.%ld", scratch, (long)getpid());
   remove_tree(base);
   if (mkdir(base, 0755) != 0) {
     fprintf(stderr, "cannot create %s\n", base);
@@ -536,6 +593,8 @@ int main(int argc, char **argv) {
     chmod(ro, 0755);
     free(ro);
   }
+
+  test_threads(&env, base);
 
   /* ---- four processes populate one key at once ---- */
   {
