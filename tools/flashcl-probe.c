@@ -881,7 +881,8 @@ int main(int argc, char **argv) {
   }
   int failures = 0;
   if (do_plans) show_plans(env.fcl, &first_json);
-  if (do_cache) show_cache(env.fcl, "cache", "Kernel cache (after the plans above)", &first_json);
+  if (do_cache)
+    show_cache(env.fcl, "cache", do_plans ? "Kernel cache (after the plans above)" : "Kernel cache", &first_json);
   if (do_selftest || do_bench) {
     /* Inputs are random; test_seed prints the seed (FLASHCL_TEST_SEED repeats it), kept out of JSON. */
     fflush(stdout);
