@@ -16,8 +16,12 @@
  * (DN of them). Masked entries (beyond the lengths, above the causal diagonal) get P = 0, so a query row
  * that sees no key (lse = -inf) contributes nothing and gets dQ = 0.
  *
- * Defines (plan_backward.c): D head_dim, DP D padded to a multiple of TC, DS local row stride, TR, TC,
- * RM, RN, DN. Tails are zero-filled in local memory and never written back.
+ * S and dP read Q, dO, K, V rows four floats at a time; the accumulation reads P and dS rows four at a time.
+ *
+ * Defines (plan_backward.c): D head_dim; DP, D padded to a multiple of TC and of 4; DS, the local row
+ * stride (a multiple of 4, and 4 mod 8 where room allows, so consecutive rows' float4s fall in distinct
+ * banks); TR, TC, RM, RN, DN; BN = TC*RN is a multiple of 4. Tails are zero-filled in local memory and
+ * never written back.
  */
 #ifndef BWD_KIND
 #error "BWD_KIND must be defined"
@@ -42,7 +46,13 @@ __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d
 #define WG (TR * TC)
 #define BM (TR * RM) /* rows a work-group owns */
 #define BN (TC * RN) /* rows streamed per step */
-#define PS (BN + 1)  /* row stride of the P / dS tiles: odd, against bank conflicts */
+#define PS (BN + 4)  /* row stride of the P / dS tiles: a multiple of 4 that staggers rows across banks */
+#define DS4 (DS / 4)
+#define PS4 (PS / 4)
+
+/* s += a . b over four floats. */
+#define DOT4(s, a, b) (s) = fma((a).w, (b).w, fma((a).z, (b).z, fma((a).y, (b).y, fma((a).x, (b).x, (s)))))
+#define LANE(v, cc) ((cc) == 0 ? (v).x : (cc) == 1 ? (v).y : (cc) == 2 ? (v).z : (v).w)
 
 /* Loads rows [r0, r0 + ROWS) of a [n][D] matrix with row stride sn into a [ROWS][DS] local tile,
    zero-filling rows >= n and columns >= D. */
@@ -64,14 +74,20 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
                     long v_off, long v_sb, long v_sh, long v_sn,
                     long o_off, long o_sb, long o_sh, long o_sn,
                     int num_heads, int group, int nq, int nk, int causal, float scale) {
-  __local float Ks[BM * DS];
-  __local float Vs[BM * DS];
-  __local float Qs[BN * DS];
-  __local float dOs[BN * DS];
-  __local float Pt[BM * PS];  /* P^T: [key][query] */
-  __local float dSt[BM * PS]; /* dS^T */
-  __local float Ls[BN];       /* lse * log2(e) of the streamed rows */
-  __local float Ds[BN];       /* Dvec of the streamed rows */
+  __local float4 Ks4[BM * DS4];
+  __local float4 Vs4[BM * DS4];
+  __local float4 Qs4[BN * DS4];
+  __local float4 dOs4[BN * DS4];
+  __local float4 Pt4[BM * PS4];  /* P^T: [key][query] */
+  __local float4 dSt4[BM * PS4]; /* dS^T */
+  __local float Ls[BN];          /* lse * log2(e) of the streamed rows */
+  __local float Ds[BN];          /* Dvec of the streamed rows */
+  __local float *Ks = (__local float *)Ks4;
+  __local float *Vs = (__local float *)Vs4;
+  __local float *Qs = (__local float *)Qs4;
+  __local float *dOs = (__local float *)dOs4;
+  __local float *Pt = (__local float *)Pt4;
+  __local float *dSt = (__local float *)dSt4;
 
   const int lid = get_local_id(0);
   const int tc = lid % TC;
@@ -114,18 +130,18 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
       float s[RM][RN], dp[RM][RN];
       for (int i = 0; i < RM; ++i)
         for (int j = 0; j < RN; ++j) s[i][j] = dp[i][j] = 0.0f;
-      for (int d = 0; d < DP; ++d) {
-        float qd[RN], od[RN];
+      for (int d4 = 0; d4 < DP / 4; ++d4) {
+        float4 qd[RN], od[RN];
         for (int j = 0; j < RN; ++j) {
-          qd[j] = Qs[(tc + j * TC) * DS + d];
-          od[j] = dOs[(tc + j * TC) * DS + d];
+          qd[j] = Qs4[(tc + j * TC) * DS4 + d4];
+          od[j] = dOs4[(tc + j * TC) * DS4 + d4];
         }
         for (int i = 0; i < RM; ++i) {
-          const float kd = Ks[(tr * RM + i) * DS + d];
-          const float vd = Vs[(tr * RM + i) * DS + d];
+          const float4 kd = Ks4[(tr * RM + i) * DS4 + d4];
+          const float4 vd = Vs4[(tr * RM + i) * DS4 + d4];
           for (int j = 0; j < RN; ++j) {
-            s[i][j] = fma(kd, qd[j], s[i][j]);
-            dp[i][j] = fma(vd, od[j], dp[i][j]);
+            DOT4(s[i][j], kd, qd[j]);
+            DOT4(dp[i][j], vd, od[j]);
           }
         }
       }
@@ -143,18 +159,25 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
       barrier(CLK_LOCAL_MEM_FENCE);
 
       /* dV += P^T dO, dK += dS^T Q (scale applied once at the end). */
-      for (int c = 0; c < BN; ++c) {
-        float qc[DN], oc[DN];
-        for (int n = 0; n < DN; ++n) {
-          qc[n] = Qs[c * DS + tc + n * TC];
-          oc[n] = dOs[c * DS + tc + n * TC];
-        }
+      for (int c4 = 0; c4 < BN / 4; ++c4) {
+        float4 p4[RM], ds4[RM];
         for (int i = 0; i < RM; ++i) {
-          const float p = Pt[(tr * RM + i) * PS + c];
-          const float ds = dSt[(tr * RM + i) * PS + c];
+          p4[i] = Pt4[(tr * RM + i) * PS4 + c4];
+          ds4[i] = dSt4[(tr * RM + i) * PS4 + c4];
+        }
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = c4 * 4 + cc;
+          float qc[DN], oc[DN];
           for (int n = 0; n < DN; ++n) {
-            dv[i][n] = fma(p, oc[n], dv[i][n]);
-            dk[i][n] = fma(ds, qc[n], dk[i][n]);
+            qc[n] = Qs[c * DS + tc + n * TC];
+            oc[n] = dOs[c * DS + tc + n * TC];
+          }
+          for (int i = 0; i < RM; ++i) {
+            const float p = LANE(p4[i], cc), ds = LANE(ds4[i], cc);
+            for (int n = 0; n < DN; ++n) {
+              dv[i][n] = fma(p, oc[n], dv[i][n]);
+              dk[i][n] = fma(ds, qc[n], dk[i][n]);
+            }
           }
         }
       }
@@ -185,13 +208,18 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
                   long v_off, long v_sb, long v_sh, long v_sn,
                   long o_off, long o_sb, long o_sh, long o_sn,
                   int num_heads, int group, int nq, int nk, int causal, float scale) {
-  __local float Qs[BM * DS];
-  __local float dOs[BM * DS];
-  __local float Ks[BN * DS];
-  __local float Vs[BN * DS];
-  __local float dSs[BM * PS]; /* dS: [query][key] */
+  __local float4 Qs4[BM * DS4];
+  __local float4 dOs4[BM * DS4];
+  __local float4 Ks4[BN * DS4];
+  __local float4 Vs4[BN * DS4];
+  __local float4 dSs4[BM * PS4]; /* dS: [query][key] */
   __local float Ls[BM];
   __local float Ds[BM];
+  __local float *Qs = (__local float *)Qs4;
+  __local float *dOs = (__local float *)dOs4;
+  __local float *Ks = (__local float *)Ks4;
+  __local float *Vs = (__local float *)Vs4;
+  __local float *dSs = (__local float *)dSs4;
 
   const int lid = get_local_id(0);
   const int tc = lid % TC;
@@ -231,18 +259,18 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
     float s[RM][RN], dp[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = dp[i][j] = 0.0f;
-    for (int d = 0; d < DP; ++d) {
-      float kd[RN], vd[RN];
+    for (int d4 = 0; d4 < DP / 4; ++d4) {
+      float4 kd[RN], vd[RN];
       for (int j = 0; j < RN; ++j) {
-        kd[j] = Ks[(tc + j * TC) * DS + d];
-        vd[j] = Vs[(tc + j * TC) * DS + d];
+        kd[j] = Ks4[(tc + j * TC) * DS4 + d4];
+        vd[j] = Vs4[(tc + j * TC) * DS4 + d4];
       }
       for (int i = 0; i < RM; ++i) {
-        const float qd = Qs[(tr * RM + i) * DS + d];
-        const float od = dOs[(tr * RM + i) * DS + d];
+        const float4 qd = Qs4[(tr * RM + i) * DS4 + d4];
+        const float4 od = dOs4[(tr * RM + i) * DS4 + d4];
         for (int j = 0; j < RN; ++j) {
-          s[i][j] = fma(qd, kd[j], s[i][j]);
-          dp[i][j] = fma(od, vd[j], dp[i][j]);
+          DOT4(s[i][j], qd, kd[j]);
+          DOT4(dp[i][j], od, vd[j]);
         }
       }
     }
@@ -258,12 +286,17 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    for (int c = 0; c < BN; ++c) {
-      float kc[DN];
-      for (int n = 0; n < DN; ++n) kc[n] = Ks[c * DS + tc + n * TC];
-      for (int i = 0; i < RM; ++i) {
-        const float ds = dSs[(tr * RM + i) * PS + c];
-        for (int n = 0; n < DN; ++n) acc[i][n] = fma(ds, kc[n], acc[i][n]);
+    for (int c4 = 0; c4 < BN / 4; ++c4) {
+      float4 ds4[RM];
+      for (int i = 0; i < RM; ++i) ds4[i] = dSs4[(tr * RM + i) * PS4 + c4];
+      for (int cc = 0; cc < 4; ++cc) {
+        const int c = c4 * 4 + cc;
+        float kc[DN];
+        for (int n = 0; n < DN; ++n) kc[n] = Ks[c * DS + tc + n * TC];
+        for (int i = 0; i < RM; ++i) {
+          const float ds = LANE(ds4[i], cc);
+          for (int n = 0; n < DN; ++n) acc[i][n] = fma(ds, kc[n], acc[i][n]);
+        }
       }
     }
   }

@@ -15,13 +15,13 @@ static void owned_streamed(const fcl_tile_plan *p, int which, size_t *bm, size_t
 size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
   size_t bm, bn;
   owned_streamed(p, which, &bm, &bn);
-  /* dK/dV: K, V tiles [bm][ds], Q, dO tiles [bn][ds], P^T and dS^T [bm][bn+1], lse and Dvec [bn].
-     dQ:    Q, dO tiles [bm][ds], K, V tiles [bn][ds], dS [bm][bn+1], lse and Dvec [bm]. */
+  /* dK/dV: K, V tiles [bm][ds], Q, dO tiles [bn][ds], P^T and dS^T [bm][bn+4], lse and Dvec [bn].
+     dQ:    Q, dO tiles [bm][ds], K, V tiles [bn][ds], dS [bm][bn+4], lse and Dvec [bm]. */
   size_t floats = 2 * bm * (size_t)p->ds + 2 * bn * (size_t)p->ds;
   if (which == FCL_BWD_DKDV)
-    floats += 2 * bm * (bn + 1) + 2 * bn;
+    floats += 2 * bm * (bn + 4) + 2 * bn;
   else
-    floats += bm * (bn + 1) + 2 * bm;
+    floats += bm * (bn + 4) + 2 * bm;
   return floats * sizeof(float);
 }
 
@@ -53,7 +53,9 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
   static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
   for (int pass = 0; pass < 2; ++pass) {
     for (int tc = tc_first; tc >= 1; tc /= 2) {
-      const int dp = (head_dim + tc - 1) / tc * tc;
+      /* The kernels read rows four floats at a time: dp is a multiple of 4 and of tc. */
+      const int unit = tc > 4 ? tc : 4;
+      const int dp = (head_dim + unit - 1) / unit * unit;
       for (int tr = 128 / tc; tr >= 1; tr /= 2) {
         if ((size_t)tr * tc > max_wg) continue;
         for (int pad = 1; pad >= 0; --pad) {
@@ -63,9 +65,11 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
             p.tr = tr;
             p.dp = dp;
             p.dn = dp / tc;
-            p.ds = dp + pad;
+            /* ds = 4 mod 8 puts consecutive rows' float4s in distinct banks. */
+            p.ds = dp + (pad && dp % 8 == 0 ? 4 : 0);
             p.rm = rm_rn[i][0];
             p.rn = rm_rn[i][1];
+            if ((tc * p.rn) % 4 != 0) continue; /* streamed rows: P and dS rows are read as float4 */
             if (which == FCL_BWD_DKDV) {
               p.bc = tr * p.rm; /* key rows owned */
               p.br = tc * p.rn; /* query rows streamed */

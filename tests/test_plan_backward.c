@@ -10,8 +10,9 @@
 static int consistent(const fcl_tile_plan *p, int which, const fcl_device_caps *caps) {
   const int owned = which == FCL_BWD_DKDV ? p->bc : p->br, streamed = which == FCL_BWD_DKDV ? p->br : p->bc;
   return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && owned == p->tr * p->rm &&
-         streamed == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
-         p->dp < p->head_dim + p->tc && p->ds >= p->dp && p->local_bytes == fcl_backward_local_bytes(p, which) &&
+         streamed == p->tc * p->rn && streamed % 4 == 0 && p->dp == p->tc * p->dn && p->dp % 4 == 0 &&
+         p->dp >= p->head_dim && p->dp < p->head_dim + (p->tc > 4 ? p->tc : 4) && p->ds >= p->dp &&
+         p->ds % 4 == 0 && p->local_bytes == fcl_backward_local_bytes(p, which) &&
          p->local_bytes <= caps->local_mem_size && (size_t)p->wg <= caps->max_work_group_size &&
          (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1 && p->rm >= 1 && p->rn >= 1;
 }
