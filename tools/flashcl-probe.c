@@ -700,11 +700,11 @@ static void bench(test_env *env, int is_gpu, int *first_json) {
   } else {
     printf("\nBench: %s; median of %d after a warm-up; %.3g FLOP per call (4*B*H*N*N*d)\n", shape, BENCH_RUNS, flops);
     if (fr == 0)
-      printf("  forward   (flash, event time)       %9.3f ms  %8.4f TFLOP/s\n", fwd_s * 1e3, flops / fwd_s * 1e-12);
+      printf("  forward   (flash, event time)       %9.3f ms  %8.3g TFLOP/s\n", fwd_s * 1e3, flops / fwd_s * 1e-12);
     else
       printf("  forward   %s\n", fwd_err);
     if (rr == 0)
-      printf("  reference (materialized, wall time) %9.3f ms  %8.4f TFLOP/s\n", ref_s * 1e3, flops / ref_s * 1e-12);
+      printf("  reference (materialized, wall time) %9.3f ms  %8.3g TFLOP/s\n", ref_s * 1e3, flops / ref_s * 1e-12);
     else
       printf("  reference %s\n", ref_err);
     if (fr == 0 && rr == 0) printf("  forward is %.2fx the reference's speed\n", ref_s / fwd_s);
