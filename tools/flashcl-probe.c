@@ -435,7 +435,12 @@ static void show_plans(fcl_context *fcl, int *first_json) {
         printf("  %-4d %-5s %-11s %-9s %-6d %-10zu %-7zu %s\n", head_dims[i], dtype_name(dtypes[t]), info.kernel,
                tiles, info.work_group_size, info.local_mem_bytes, info.work_groups, info.reason);
       } else {
-        printf("  %-4d %-5s (%s: %s)\n", head_dims[i], dtype_name(dtypes[t]), fcl_status_string(st), fcl_last_error());
+        /* One line per row: a build log's lines joined. */
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", fcl_last_error());
+        for (char *c = msg; *c; ++c)
+          if (*c == '\n') *c = ' ';
+        printf("  %-4d %-5s (%s: %s)\n", head_dims[i], dtype_name(dtypes[t]), fcl_status_string(st), msg);
       }
       first = 0;
     }
