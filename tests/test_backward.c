@@ -1,6 +1,7 @@
 /* fcl_attention_backward against float64 host gradients (themselves checked by central finite
  * differences) over the forward tests' shapes, every dtype, causal alignment both ways, GQA/MQA, strided
- * layouts, the scale, determinism, rows that see no key, an out-of-order queue, and validation.
+ * layouts, the scale, determinism, rows that see no key, an out-of-order queue, several threads on one
+ * context, and validation.
  * Usage: test_backward [--small | --quick]
  *   --small   a few small cases (for Oclgrind, which simulates every work-item)
  *   --quick   a cross-section of the full cases (for the small-device plan run)
@@ -14,6 +15,7 @@
 #include "internal.h" /* fcl_describe_backward */
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,6 +213,45 @@ static void validation_checks(test_env *env) {
     if (all[i]) clReleaseMemObject(all[i]);
 }
 
+/* ---- several threads on one context, each with its own queue; first builds happen concurrently ---- */
+
+typedef struct worker {
+  test_env *env;
+  int index;
+  cl_command_queue queue;
+} worker;
+
+static void *thread_run(void *arg) {
+  worker *w = arg;
+  for (int r = 0; r < 2; ++r) {
+    const bwd_case c = {1 + w->index % 2, 4, 2, 40 + 9 * w->index, 50 + 7 * r, w->index % 2 ? 48 : 72,
+                        dtypes[(w->index + r) % 3], (w->index + r) % 2, LAYOUT_BHND, 0, 0};
+    run_backward_case(w->env, w->queue, &c, r == 1, "backward (thread)");
+  }
+  return NULL;
+}
+
+static void thread_checks(test_env *env) {
+  enum { THREADS = 3 };
+  worker workers[THREADS];
+  pthread_t threads[THREADS];
+  int started = 0;
+  for (int i = 0; i < THREADS; ++i) {
+    cl_int err;
+    workers[i] = (worker){env, i, clCreateCommandQueue(env->context, env->device, 0, &err)};
+    if (err != CL_SUCCESS) {
+      check(0, "creating queue %d for the thread cases failed: %d", i, err);
+      workers[i].queue = NULL;
+    }
+  }
+  for (int i = 0; i < THREADS; ++i)
+    if (workers[i].queue && pthread_create(&threads[i], NULL, thread_run, &workers[i]) == 0) started |= 1 << i;
+  for (int i = 0; i < THREADS; ++i)
+    if (started & (1 << i)) pthread_join(threads[i], NULL);
+  for (int i = 0; i < THREADS; ++i)
+    if (workers[i].queue) clReleaseCommandQueue(workers[i].queue);
+}
+
 /* What fcl_describe_plan reports for the backward pass: the plans that run, within the device's limits. */
 static void describe_checks(test_env *env) {
   fcl_attention_desc desc;
@@ -271,6 +312,7 @@ int main(int argc, char **argv) {
       skip("out-of-order queue: the device does not support one");
     }
   }
+  if (!small) thread_checks(&env);
   describe_checks(&env);
   test_close(&env);
   return test_summary("test_backward");
