@@ -9,11 +9,19 @@
  *
  * Defines (all from plan.c): D head_dim; DP, D padded to a multiple of TC and of 4; DS, the local row
  * stride of Q/K/V (a multiple of 4, and 4 mod 8 where room allows, so eight consecutive rows fall in
- * distinct banks); BR, BC, TR, TC, RM, RN, DN. Tails beyond seqlen_q, seqlen_k and D are zero-filled
- * in local memory and never written back.
+ * distinct banks); BR, BC, TR, TC, RM, RN, DN; KT: 1 keeps the K tile transposed ([DP][KS], keys
+ * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
+ * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
+ * seqlen_k and D are zero-filled in local memory and never written back.
  */
 #define WG (TR * TC)
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
+#define KS (BC + 1) /* row stride of the transposed K tile */
+#if KT && DP * KS > BC * DS
+#define KV_FLOATS (DP * KS)
+#else
+#define KV_FLOATS (BC * DS)
+#endif
 
 /* Cooperative load of `rows` rows from global rows row0.. into a local [rows][DS] tile, zero-filled
    beyond n rows and beyond D columns; optionally scaled. */
@@ -32,7 +40,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long o_off, long o_sb, long o_sh, long o_sn,
                int num_heads, int group, int nq, int nk, int causal, float scale) {
   __local float4 Qs4[BR * DS / 4];
-  __local float4 KVs4[BC * DS / 4];
+  __local float4 KVs4[(KV_FLOATS + 3) / 4];
   __local float4 Ps4[BR * PS / 4];
   __local float Rmax[BR * TC];
   __local float Rsum[BR * TC];
@@ -71,12 +79,29 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
 
   for (int k0 = 0; k0 < kv_end; k0 += BC) {
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
+#if KT
+    for (int i = lid; i < BC * DP; i += WG) {
+      const int r = i / DP, c = i % DP;
+      KVs[c * KS + r] = (k0 + r < nk && c < D) ? LOAD(k, (k0 + r) * k_sn + c) : 0.0f;
+    }
+#else
     LOAD_TILE(KVs, k, k_sn, k0, BC, nk, 1.0f);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float s[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
+#if KT
+    for (int d = 0; d < DP; ++d) {
+      float kd[RN];
+      for (int j = 0; j < RN; ++j) kd[j] = KVs[d * KS + tc + j * TC];
+      for (int i = 0; i < RM; ++i) {
+        const float qd = Qs[(tr * RM + i) * DS + d];
+        for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
+      }
+    }
+#else
     for (int d4 = 0; d4 < DP / 4; ++d4) {
       float4 kd[RN];
       for (int j = 0; j < RN; ++j) kd[j] = KVs4[(tc + j * TC) * (DS / 4) + d4];
@@ -90,6 +115,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         }
       }
     }
+#endif
 
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;

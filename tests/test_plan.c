@@ -6,11 +6,15 @@
 #include <string.h>
 
 static int consistent(const fcl_tile_plan *p, const fcl_device_caps *caps) {
-  return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && p->br == p->tr * p->rm &&
-         p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
-         p->dp < p->head_dim + (p->tc > 4 ? p->tc : 4) && p->dp % 4 == 0 && p->bc % 4 == 0 && p->ds % 4 == 0 &&
-         p->ds >= p->dp && p->local_bytes == fcl_forward_local_bytes(p) && p->local_bytes <= caps->local_mem_size &&
-         (size_t)p->wg <= caps->max_work_group_size && (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
+  const int chunked = p->kernel == FCL_KERNEL_PORTABLE_CHUNKED;
+  const int layout_ok = chunked ? p->dk >= 4 && p->dk % 4 == 0 && p->dp % p->dk == 0 && p->vr >= 4 &&
+                                      p->vr % 4 == 0 && p->bc % p->vr == 0
+                                : p->ds >= p->dp && p->ds % 4 == 0;
+  return (p->kernel == FCL_KERNEL_PORTABLE || chunked) && layout_ok && p->wg == p->tr * p->tc &&
+         p->br == p->tr * p->rm && p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
+         p->dp % 4 == 0 && p->bc % 4 == 0 && p->local_bytes == fcl_forward_local_bytes(p) &&
+         p->local_bytes <= caps->local_mem_size && (size_t)p->wg <= caps->max_work_group_size &&
+         (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
 }
 
 int main(void) {
@@ -25,10 +29,12 @@ int main(void) {
       caps.max_work_group_size = wgs[wi];
       caps.max_work_item_size0 = wgs[wi];
       caps.preferred_multiple = 32;
-      caps.is_gpu = 1;
       int planned = 0, fits = 1, bad_d = 0;
       for (int d = 1; d <= FCL_MAX_HEAD_DIM; ++d)
         for (int t = 0; t < 3; ++t) {
+          /* GPUs and CPUs get different K tile layouts: check both. */
+          caps.is_gpu = t != 1;
+          caps.is_cpu = t == 1;
           fcl_tile_plan p;
           if (fcl_plan_forward(&caps, d, dtypes[t], 0, &p) != 0) {
             fits = 0;
@@ -42,7 +48,7 @@ int main(void) {
           }
         }
       check(fits && planned == 3 * FCL_MAX_HEAD_DIM,
-            "%llu B local, %zu work-items: %d plans, all fit and are consistent%s", (unsigned long long)locals[li],
+            "%llu B local, %zu work-items: %d plans (GPU and CPU layouts), all fit and are consistent%s", (unsigned long long)locals[li],
             wgs[wi], planned, fits ? "" : " (first bad head_dim below)");
       if (!fits) printf("     head_dim %d\n", bad_d);
     }
