@@ -108,15 +108,11 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   if (wgl && *wgl && strtoull(wgl, NULL, 10) > 0 && strtoull(wgl, NULL, 10) < caps->max_work_group_size)
     caps->max_work_group_size = (size_t)strtoull(wgl, NULL, 10);
 
-  /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt] or chunked:tr,tc,rm,rn,dk,vr */
+  /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt] */
   const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
   int *fs = caps->forward_shape;
-  fs[5] = -1;
-  if (shape && strncmp(shape, "chunked:", 8) == 0) {
-    if (sscanf(shape + 8, "%d,%d,%d,%d,%d,%d", &fs[1], &fs[2], &fs[3], &fs[4], &fs[5], &fs[6]) == 6) fs[0] = 2;
-  } else if (shape && sscanf(shape, "%d,%d,%d,%d,%d", &fs[1], &fs[2], &fs[3], &fs[4], &fs[5]) >= 4) {
-    fs[0] = 1;
-  }
+  fs[4] = -1;
+  if (!shape || sscanf(shape, "%d,%d,%d,%d,%d", &fs[0], &fs[1], &fs[2], &fs[3], &fs[4]) < 4) fs[0] = 0;
 
   /* A guess until a kernel reports CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE. */
   caps->preferred_multiple = caps->is_cpu ? 8 : 32;

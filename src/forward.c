@@ -5,7 +5,6 @@
 #include <string.h>
 
 static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
-static const char *const chunked_forward_files[] = {"common.cl", "flash_fwd_chunked.cl"};
 
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
@@ -27,13 +26,9 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
 }
 
 static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, char *out, size_t size) {
-  if (t->kernel == FCL_KERNEL_PORTABLE_CHUNKED)
-    snprintf(out, size, "-DDTYPE=%d -DD=%d -DDP=%d -DDK=%d -DVR=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d",
-             (int)dtype, t->head_dim, t->dp, t->dk, t->vr, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn);
-  else
-    snprintf(out, size,
-             "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d",
-             (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt);
+  snprintf(out, size,
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d",
+           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt);
 }
 
 /* The portable kernel for (d, dtype): plan, build, and re-plan once if the compiled kernel admits
@@ -45,9 +40,7 @@ static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl
       return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", ctx->caps.device_name, plan->reason);
     char defines[512];
     portable_defines(plan, dtype, defines, sizeof defines);
-    const int chunked = plan->kernel == FCL_KERNEL_PORTABLE_CHUNKED;
-    fcl_status st = fcl_get_kernel(ctx, chunked ? chunked_forward_files : forward_files, 2,
-                                   chunked ? "flash_fwd_chunked" : "flash_fwd", defines, kernel);
+    fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
     if (st) return st;
     size_t wg = 0;
     FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
@@ -68,8 +61,8 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
     return -1;
   }
   char defines[256];
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d", (int)p->dtype,
-           t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc);
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem);
   if (fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel) != FCL_SUCCESS) {
     ctx->nvidia_mma_failed = 1;
     snprintf(why, why_size, "the tensor-core kernel failed to build");

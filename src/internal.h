@@ -47,16 +47,15 @@ typedef struct fcl_device_caps {
   int has_fp16, has_fp64, has_subgroups;
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
   /* Development override of the portable forward's plan (FLASHCL_FORWARD_SHAPE), used when it fits:
-     [0] 0 none, 1 resident Q (flash_fwd.cl), 2 chunked (flash_fwd_chunked.cl); [1..4] tr, tc, rm, rn;
-     resident: [5] kt (-1 by device type); chunked: [5] dk, [6] vr. */
-  int forward_shape[7];
+     tr, tc, rm, rn (tr 0: none) and kt (-1: by device type). */
+  int forward_shape[5];
 } fcl_device_caps;
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
 
 /* ---- plan.c: tile sizes and work-group shape (pure functions of capabilities and problem) ---- */
 
-enum { FCL_KERNEL_PORTABLE = 0, FCL_KERNEL_NVIDIA_MMA = 1, FCL_KERNEL_PORTABLE_CHUNKED = 2 };
+enum { FCL_KERNEL_PORTABLE = 0, FCL_KERNEL_NVIDIA_MMA = 1 };
 
 typedef struct fcl_tile_plan {
   int kernel;       /* FCL_KERNEL_* */
@@ -68,12 +67,12 @@ typedef struct fcl_tile_plan {
   int rm, rn, dn;   /* per work-item: rm query rows, rn key columns of S, dn columns of O */
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
-  int dk, vr;       /* chunked portable forward: head_dim columns per Q/K chunk, V rows per chunk */
+  int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
   size_t local_bytes;
   char reason[192];
 } fcl_tile_plan;
 
-/* Local memory the portable forward kernels (resident or chunked, by p->kernel) use for plan p. */
+/* Local memory the portable forward kernel uses for plan p. */
 size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
 /* Picks the portable forward plan for (caps, head_dim, dtype). kernel_max_wg bounds the work-group
    (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
@@ -89,11 +88,11 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p);
 struct fcl_problem;
 int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
                             fcl_tile_plan *out);
-/* Fills the portable forward plan of one shape: kernel FCL_KERNEL_PORTABLE or _CHUNKED, tr x tc
-   work-items, rm x rn of S per work-item; resident: x = pad (stagger rows across banks, 0/1), y = kt
-   (-1: by device type); chunked: x = dk, y = vr. Returns 0 when it fits the device, -1 otherwise. */
-int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int kernel, int tr,
-                           int tc, int rm, int rn, int x, int y, fcl_tile_plan *out);
+/* Fills the portable forward plan of one shape: tr x tc work-items, rm x rn of S per work-item, pad
+   (stagger rows across banks, 0/1), kt (K tile transposed, 0/1; -1: by device type). Returns 0 when it
+   fits the device, -1 otherwise. */
+int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
+                           int rn, int pad, int kt, fcl_tile_plan *out);
 
 /* ---- program.c: kernels built from embedded source with -D defines, kept per context ---- */
 

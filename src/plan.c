@@ -6,18 +6,11 @@
 #include <string.h>
 
 size_t fcl_forward_local_bytes(const fcl_tile_plan *p) {
-  size_t floats;
-  if (p->kernel == FCL_KERNEL_PORTABLE_CHUNKED) {
-    /* One region for the Q and K chunks or a V chunk (see flash_fwd_chunked.cl), P, row partials. */
-    const size_t qk = (size_t)(p->br + p->bc) * (p->dk + 4);
-    const size_t vch = (size_t)p->vr * (p->dp % 8 == 0 ? p->dp + 4 : p->dp);
-    floats = ((qk > vch ? qk : vch) + 3) / 4 * 4 + (size_t)p->br * (p->bc + 4) + 2 * (size_t)p->br * p->tc;
-  } else {
-    /* Q tile [br][ds], one K-or-V tile, P tile [br][bc+4], row max and sum partials [br][tc]. */
-    size_t kv = (size_t)p->bc * p->ds;
-    if (p->kt && (size_t)p->dp * (p->bc + 1) > kv) kv = (size_t)p->dp * (p->bc + 1); /* K^T [dp][bc+1] */
-    floats = (size_t)p->br * p->ds + (kv + 3) / 4 * 4 + (size_t)p->br * (p->bc + 4) + 2 * (size_t)p->br * p->tc;
-  }
+  /* Q tile [br][ds], one K-or-V tile, P tile [br][bc+4], row max and sum partials [br][tc]. */
+  size_t kv = (size_t)p->bc * p->ds;
+  if (p->kt && (size_t)p->dp * (p->bc + 1) > kv) kv = (size_t)p->dp * (p->bc + 1); /* K^T [dp][bc+1] */
+  const size_t floats =
+      (size_t)p->br * p->ds + (kv + 3) / 4 * 4 + (size_t)p->br * (p->bc + 4) + 2 * (size_t)p->br * p->tc;
   return floats * sizeof(float);
 }
 
@@ -31,47 +24,26 @@ static size_t work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg
   return max_wg;
 }
 
-static int lcm(int a, int b) {
-  int x = a, y = b;
-  while (y) {
-    const int t = x % y;
-    x = y;
-    y = t;
-  }
-  return a / x * b;
-}
-
-int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int kernel, int tr,
-                           int tc, int rm, int rn, int x, int y, fcl_tile_plan *out) {
+int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
+                           int rn, int pad, int kt, fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
-  out->kernel = kernel;
+  out->kernel = FCL_KERNEL_PORTABLE;
   out->head_dim = head_dim;
   if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM || tr < 1 || tc < 1 || rm < 1 || rn < 1) return -1;
-  if (kernel != FCL_KERNEL_PORTABLE && kernel != FCL_KERNEL_PORTABLE_CHUNKED) return -1;
-  /* The kernels read rows four floats at a time: dp and bc are multiples of 4, dp one of tc too, and
-     for the chunked kernel one of dk, with dk and vr multiples of 4 and vr dividing bc. */
-  int unit = tc > 4 ? tc : 4;
-  if (kernel == FCL_KERNEL_PORTABLE_CHUNKED) {
-    if (x < 4 || x % 4 || y < 4 || y % 4 || (tc * rn) % y) return -1;
-    out->dk = x;
-    out->vr = y;
-    unit = lcm(unit, x);
-  }
+  /* The kernel reads rows four floats at a time: dp and bc are multiples of 4, dp one of tc too. */
+  const int unit = tc > 4 ? tc : 4;
   out->tr = tr;
   out->tc = tc;
   out->rm = rm;
   out->rn = rn;
   out->dp = (head_dim + unit - 1) / unit * unit;
-  if (out->dp % tc || (out->dk && out->dp % out->dk)) return -1;
   out->dn = out->dp / tc;
   out->br = tr * rm;
   out->bc = tc * rn;
   out->wg = tr * tc;
-  if (kernel == FCL_KERNEL_PORTABLE) {
-    /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
-    out->ds = out->dp + (x && out->dp % 8 == 0 ? 4 : 0);
-    out->kt = y >= 0 ? y != 0 : caps->is_cpu; /* KT in flash_fwd.cl: by device type unless given */
-  }
+  /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
+  out->ds = out->dp + (pad && out->dp % 8 == 0 ? 4 : 0);
+  out->kt = kt >= 0 ? kt != 0 : caps->is_cpu; /* KT in flash_fwd.cl: by device type unless given */
   out->local_bytes = fcl_forward_local_bytes(out);
   if (out->bc % 4 != 0 || (size_t)out->wg > work_group_limit(caps, kernel_max_wg) ||
       out->local_bytes > caps->local_mem_size)
@@ -91,26 +63,8 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
   }
   const size_t max_wg = work_group_limit(caps, kernel_max_wg);
   const int *fs = caps->forward_shape;
-  if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg,
-                                      fs[0] == 2 ? FCL_KERNEL_PORTABLE_CHUNKED : FCL_KERNEL_PORTABLE, fs[1], fs[2],
-                                      fs[3], fs[4], fs[0] == 2 ? fs[5] : 1, fs[0] == 2 ? fs[6] : fs[5], out) == 0) {
+  if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, fs[4], out) == 0) {
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
-    return 0;
-  }
-  /* GPUs at head_dim above 64: a resident Q tile leaves no room for large register tiles in 48 KiB, so
-     stream head_dim in chunks instead (flash_fwd_chunked.cl). */
-  static const int chunked[][6] = {{8, 16, 8, 4, 32, 32}, {8, 16, 8, 4, 16, 16}, {8, 16, 4, 4, 16, 16}};
-  for (size_t i = 0; caps->is_gpu && head_dim > 64 && i < sizeof chunked / sizeof chunked[0]; ++i) {
-    const int *c = chunked[i];
-    fcl_tile_plan p;
-    if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, FCL_KERNEL_PORTABLE_CHUNKED, c[0], c[1], c[2], c[3],
-                               c[4], c[5], &p) ||
-        p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET)
-      continue;
-    snprintf(p.reason, sizeof p.reason,
-             "head_dim streamed in chunks of %d: %dx%d work-items, each %d rows x %d keys, %d output columns",
-             p.dk, p.tr, p.tc, p.rm, p.rn, p.dn);
-    *out = p;
     return 0;
   }
   /* tc sets each work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the
@@ -122,8 +76,7 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
       for (int pad = 1; pad >= 0; --pad)
         for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
           fcl_tile_plan p;
-          if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, FCL_KERNEL_PORTABLE, tr, tc, rm_rn[i][0],
-                                     rm_rn[i][1], pad, -1, &p))
+          if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, rm_rn[i][0], rm_rn[i][1], pad, -1, &p))
             continue;
           /* Registers: the last resort (one work-item, one row) is allowed to exceed the budget. */
           if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;

@@ -6,15 +6,11 @@
 #include <string.h>
 
 static int consistent(const fcl_tile_plan *p, const fcl_device_caps *caps) {
-  const int chunked = p->kernel == FCL_KERNEL_PORTABLE_CHUNKED;
-  const int layout_ok = chunked ? p->dk >= 4 && p->dk % 4 == 0 && p->dp % p->dk == 0 && p->vr >= 4 &&
-                                      p->vr % 4 == 0 && p->bc % p->vr == 0
-                                : p->ds >= p->dp && p->ds % 4 == 0;
-  return (p->kernel == FCL_KERNEL_PORTABLE || chunked) && layout_ok && p->wg == p->tr * p->tc &&
-         p->br == p->tr * p->rm && p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
-         p->dp % 4 == 0 && p->bc % 4 == 0 && p->local_bytes == fcl_forward_local_bytes(p) &&
-         p->local_bytes <= caps->local_mem_size && (size_t)p->wg <= caps->max_work_group_size &&
-         (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
+  return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && p->br == p->tr * p->rm &&
+         p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
+         p->dp < p->head_dim + (p->tc > 4 ? p->tc : 4) && p->dp % 4 == 0 && p->bc % 4 == 0 && p->ds % 4 == 0 &&
+         p->ds >= p->dp && p->local_bytes == fcl_forward_local_bytes(p) && p->local_bytes <= caps->local_mem_size &&
+         (size_t)p->wg <= caps->max_work_group_size && (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
 }
 
 int main(void) {
