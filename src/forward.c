@@ -138,11 +138,12 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
                              fcl_plan_info *out) {
   if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
   if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
-  if (op != FCL_OP_FORWARD)
-    return fcl_fail(FCL_ERROR_UNSUPPORTED, "fcl_describe_plan: operation %d has no plan to describe", (int)op);
+  if (op != FCL_OP_FORWARD && op != FCL_OP_BACKWARD)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "op is %d; it must be FCL_OP_FORWARD or FCL_OP_BACKWARD", (int)op);
   fcl_problem p;
   fcl_status st = fcl_resolve_problem(desc, &p);
   if (st) return st;
+  if (op == FCL_OP_BACKWARD) return fcl_describe_backward(ctx, &p, out);
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&ctx->lock);
   fcl_tile_plan plan;
