@@ -692,12 +692,12 @@ static void bench(test_env *env, int is_gpu, int *first_json) {
     printf("%s\n  \"bench\": {\"shape\": ", *first_json ? "" : ",");
     json_string(stdout, shape);
     printf(", \"flop\": %.0f, \"forward_runs\": %d, \"reference_runs\": %d, ", flops, BENCH_RUNS, BENCH_REF_RUNS);
-    if (fr == 0) printf("\"forward_s\": %.6e, \"forward_tflops\": %.4f", fwd_s, flops / fwd_s * 1e-12);
+    if (fr == 0) printf("\"forward_s\": %.6e, \"forward_tflops\": %.4g", fwd_s, flops / fwd_s * 1e-12);
     else {
       printf("\"forward_error\": ");
       json_string(stdout, fwd_err);
     }
-    if (rr == 0) printf(", \"reference_s\": %.6e, \"reference_tflops\": %.4f", ref_s, flops / ref_s * 1e-12);
+    if (rr == 0) printf(", \"reference_s\": %.6e, \"reference_tflops\": %.4g", ref_s, flops / ref_s * 1e-12);
     else {
       printf(", \"reference_error\": ");
       json_string(stdout, ref_err);
