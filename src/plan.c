@@ -67,6 +67,21 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
     return 0;
   }
+  /* CPUs run a work-group as a loop over its work-items: few work-items with large tiles each (16 rows x
+     16 keys, head_dim/4 output columns) do about three times the work per CPU-second of the GPU shapes
+     under PoCL (docs/notes-portable.md). Registers do not bound this: the tiles live in cache. */
+  if (caps->is_cpu) {
+    static const int cpu_shapes[][4] = {{4, 4, 16, 16}, {4, 4, 8, 8}};
+    for (size_t i = 0; i < sizeof cpu_shapes / sizeof cpu_shapes[0]; ++i) {
+      const int *c = cpu_shapes[i];
+      if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c[0], c[1], c[2], c[3], 1, -1, out) == 0) {
+        snprintf(out->reason, sizeof out->reason,
+                 "CPU shape: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed", c[0],
+                 c[1], c[2], c[3], out->dn);
+        return 0;
+      }
+    }
+  }
   /* tc sets each work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the
      shapes measured on an H200 (docs/notes-portable.md); 128 work-items per group. */
   const int tc_first = head_dim > 64 ? 16 : head_dim >= 16 ? 8 : 4;
