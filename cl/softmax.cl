@@ -66,7 +66,7 @@ __kernel void fcl_gather_rows(__global const store_t *src, long off, long sb, lo
   const int r = (int)(pr % rows);
   const long i = first + pr / rows;
   const long b = i / heads, h = (i % heads) / group;
-  dst[e] = LOAD(src, off + b * sb + h * sh + r * sn + col);
+  dst[e] = LOAD(src + (off + b * sb + h * sh + r * sn + col), 0);
 }
 
 /* The inverse of fcl_gather_rows for an output tensor (group 1): contiguous float32 src
@@ -80,5 +80,5 @@ __kernel void fcl_scatter_rows(__global const float *src, __global store_t *dst,
   const int r = (int)(pr % rows);
   const long i = first + pr / rows;
   const long b = i / heads, h = i % heads;
-  STORE(dst, off + b * sb + h * sh + r * sn + col, src[e]);
+  STORE(dst + (off + b * sb + h * sh + r * sn + col), 0, src[e]);
 }
