@@ -99,7 +99,20 @@ int main(int argc, char **argv) {
   for (int i = 0; i < count; ++i)
     run_forward_case(&env, env.queue, &cases[i], reference ? fcl_attention_reference : fcl_attention_forward,
                      reference ? "reference" : "forward");
-  if (reference) reference_too_large(&env);
+  if (reference) {
+    /* An out-of-order queue: the steps of the reference path must still run in order. */
+    cl_int err;
+    cl_command_queue ooo = clCreateCommandQueue(env.context, env.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err == CL_SUCCESS) {
+      fwd_case few[8];
+      const int nfew = small_cases(few);
+      for (int i = 0; i < nfew; ++i) run_forward_case(&env, ooo, &few[i], fcl_attention_reference, "reference out-of-order");
+      clReleaseCommandQueue(ooo);
+    } else {
+      skip("reference on an out-of-order queue: the device has none (%d)", (int)err);
+    }
+    reference_too_large(&env);
+  }
   test_close(&env);
   return test_summary("test_forward");
 }
