@@ -17,7 +17,8 @@
  * Entries are written to a uniquely named temporary file in the same directory and renamed into place, so
  * readers in other threads or processes see either no file or a whole one. Anything that goes wrong on
  * load (missing, short, corrupt, another key, refused by the driver) is a miss; anything that goes wrong
- * on store leaves the program usable and the cache unchanged. Nothing here prints or records an error.
+ * on store leaves the program usable and the cache unchanged. A successful store also removes temporary
+ * files over an hour old (left by a writer that died). Nothing here prints or records an error.
  */
 #include "internal.h"
 
@@ -31,6 +32,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CACHE_MAGIC "FLASHCL\x1a"
@@ -243,6 +245,25 @@ static void encode_header(unsigned char h[FCL_CACHE_HEADER_SIZE], const fcl_cach
   fcl_sha256(payload, size, h + 72);
 }
 
+/* Removes temporary files that writers which died mid-write left behind (older than an hour: a live writer
+   renames its file within the time it takes to write one program binary). */
+#define CACHE_STALE_TMP_SECONDS 3600
+static void remove_stale_temporaries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  const time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, ".tmp.", 5) != 0) continue;
+    char *path = join_path(dir, e->d_name);
+    struct stat st;
+    if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > CACHE_STALE_TMP_SECONDS)
+      unlink(path);
+    free(path);
+  }
+  closedir(d);
+}
+
 int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
                           const void *payload, size_t size) {
   static atomic_uint counter;
@@ -267,6 +288,7 @@ int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsig
       else unlink(tmp);
     }
   }
+  if (rc == 0) remove_stale_temporaries(dir);
   free(tmp);
   free(path);
   return rc;

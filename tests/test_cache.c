@@ -596,6 +596,24 @@ int main(int argc, char **argv) {
 
   test_threads(&env, base);
 
+  /* ---- temporary files of a writer that died: removed once an hour old, left alone before ---- */
+  {
+    char *dt = make_dir(base, "stale");
+    char *old_tmp = path_join(dt, ".tmp.99999.1.0"), *new_tmp = path_join(dt, ".tmp.99999.1.1");
+    spit(old_tmp, "partial", 7);
+    spit(new_tmp, "partial", 7);
+    struct timespec times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    int aged = utimensat(AT_FDCWD, old_tmp, times, 0) == 0;
+    phase p;
+    run_phase(&env, dt, NULL, &base_case, "with temporary files present", &p);
+    struct stat st;
+    check(aged && p.result == 0 && p.st.disk_writes == 1 && stat(old_tmp, &st) != 0 && stat(new_tmp, &st) == 0,
+          "a store removes a two-hour-old temporary file and keeps a fresh one (a live writer's)");
+    free(old_tmp);
+    free(new_tmp);
+    free(dt);
+  }
+
   /* ---- four processes populate one key at once ---- */
   {
     char *dc = make_dir(base, "concurrent");
