@@ -384,7 +384,8 @@ static int select_device(const device_ref *refs, int n, const char *want) {
   if (want) {
     char *end;
     long i = strtol(want, &end, 10);
-    if (*want && *end == '\0') return i >= 0 && i < n ? (int)i : -1;
+    if (*want && *end == '\0' && i >= 0 && i < n) return (int)i;
+    /* Otherwise a name substring (which may be all digits, as in "4090"). */
     for (int k = 0; k < n; ++k)
       if (strstr(refs[k].name, want)) return k;
     return -1;
