@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""flashcl against PyTorch on the same GPU, in one command and one table.
+
+For every (dtype, head_dim, causal, N) it runs
+  * flashcl: tools/flashcl-bench --json (OpenCL profiling events, median of --iters runs), and
+  * PyTorch: torch.nn.functional.scaled_dot_product_attention restricted to each backend in turn
+    (flash, efficient, cudnn, math) and a naive materialized version (softmax(Q K^T * scale) V with
+    explicit matmuls, softmax in float32), each timed with triton.testing.do_bench(return_mode="median"),
+on tensors of shape [B, H, N, d] (contiguous, as flashcl's default layout), and prints one side-by-side
+table with the time ratio flashcl / PyTorch-flash per row (above 1: flashcl is slower) and the ratio to
+the fastest PyTorch variant. A backend that does not take a shape or dtype (e.g. flash with float32)
+shows "n/a"; one that runs out of memory shows "oom".
+
+--backward times the backward pass instead: flashcl-bench --impl backward against
+out.backward(dO) of each PyTorch variant (forward done once outside the timed region).
+
+Usage (on the GPU machine, from the repository root after building into build/):
+  python3 bench/compare_torch.py --flashcl-bench build/tools/flashcl-bench \\
+      --seqlen 1024,2048,4096,8192,16384 --head-dim 64,128 --causal both --dtype f16,bf16
+  python3 bench/compare_torch.py --self-test     # argument parsing and table code; needs no torch
+  python3 bench/compare_torch.py --dry-run ...   # prints what would run; needs no torch
+"""
+import argparse
+import json
+import math
+import subprocess
+import sys
+
+TORCH_VARIANTS = ["flash", "efficient", "cudnn", "math", "naive"]
+DTYPES = ["f32", "f16", "bf16"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arguments
+
+
+def int_list(text):
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        v = int(part)
+        if v < 1:
+            raise argparse.ArgumentTypeError("%r: values must be at least 1" % text)
+        values.append(v)
+    if not values:
+        raise argparse.ArgumentTypeError("%r: no values" % text)
+    return values
+
+
+def dtype_list(text):
+    values = [p.strip() for p in text.split(",") if p.strip()]
+    for v in values:
+        if v not in DTYPES:
+            raise argparse.ArgumentTypeError("%r: dtypes are %s" % (v, ", ".join(DTYPES)))
+    if not values:
+        raise argparse.ArgumentTypeError("no dtype given")
+    return values
+
+
+def causal_list(text):
+    table = {"both": [False, True], "yes": [True], "no": [False], "1": [True], "0": [False]}
+    if text not in table:
+        raise argparse.ArgumentTypeError("--causal takes both, yes or no")
+    return table[text]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--flashcl-bench", default="build/tools/flashcl-bench", help="path of the flashcl-bench binary")
+    p.add_argument("--device", default=None, help="flashcl-bench --device (index or name substring)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=0, help="0: = heads")
+    p.add_argument("--seqlen", type=int_list, default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--head-dim", type=int_list, default=[64, 128])
+    p.add_argument("--causal", type=causal_list, default=[False, True], metavar="both|yes|no")
+    p.add_argument("--dtype", type=dtype_list, default=["f16", "bf16"])
+    p.add_argument("--iters", type=int, default=20, help="flashcl-bench timed runs (at least 10)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--backward", action="store_true", help="time the backward pass")
+    p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
+    p.add_argument("--json", default=None, help="also write every row as JSON lines to this file")
+    p.add_argument("--dry-run", action="store_true", help="print the flashcl-bench commands and shapes; no torch")
+    p.add_argument("--self-test", action="store_true", help="test argument parsing and the table; no torch")
+    a = p.parse_args(argv)
+    if a.iters < 10:
+        p.error("--iters must be at least 10")
+    if a.kv_heads and a.heads % a.kv_heads:
+        p.error("--kv-heads must divide --heads")
+    return a
+
+
+def flashcl_command(a, dtype, head_dim, causal):
+    impl = "backward" if a.backward else "flash"
+    if a.with_reference and not a.backward:
+        impl += ",reference"
+    cmd = [a.flashcl_bench, "--json", "--dtype", dtype, "--batch", str(a.batch), "--heads", str(a.heads),
+           "--head-dim", str(head_dim), "--seqlen", ",".join(str(n) for n in a.seqlen), "--impl", impl,
+           "--iters", str(a.iters), "--warmup", str(a.warmup)]
+    if a.kv_heads:
+        cmd += ["--kv-heads", str(a.kv_heads)]
+    if causal:
+        cmd.append("--causal")
+    if a.device is not None:
+        cmd += ["--device", str(a.device)]
+    return cmd
+
+
+def parse_flashcl_lines(text):
+    """{(impl, seqlen): record} from flashcl-bench --json output (other lines are ignored)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        rec = json.loads(line)
+        out[(rec["impl"], int(rec["seqlen"]))] = rec
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# FLOPs and the table
+
+
+def flops(batch, heads, n, d, causal, backward):
+    f = (10.0 if backward else 4.0) * batch * heads * n * n * d
+    return f / 2 if causal else f
+
+
+def fmt_ms(v):
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return "-"
+    return "%.3f" % v if v < 100 else "%.1f" % v
+
+
+def ratio(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
+        return a / b
+    return None
+
+
+def render_table(rows, backward):
+    """rows: dicts with dtype, d, causal, n, flashcl (ms | str), reference (ms | str | None), and one
+    entry per TORCH_VARIANTS (ms or a string such as "n/a"/"oom"), plus batch, heads."""
+    with_ref = any(r.get("reference") is not None for r in rows)
+    head = ["dtype", "d", "causal", "N", "flashcl_ms"]
+    if with_ref:
+        head.append("fcl_ref_ms")
+    head += [v + "_ms" for v in TORCH_VARIANTS]
+    head += ["flashcl/flash", "flashcl/best", "flashcl_TFLOP/s"]
+    lines = []
+    for r in rows:
+        cells = [r["dtype"], str(r["d"]), "yes" if r["causal"] else "no", str(r["n"]), fmt_ms(r["flashcl"])]
+        if with_ref:
+            cells.append(fmt_ms(r.get("reference")))
+        cells += [fmt_ms(r.get(v)) for v in TORCH_VARIANTS]
+        rf = ratio(r["flashcl"], r.get("flash"))
+        numeric = [r.get(v) for v in TORCH_VARIANTS if isinstance(r.get(v), (int, float))]
+        rb = ratio(r["flashcl"], min(numeric)) if numeric else None
+        cells.append("%.2f" % rf if rf is not None else "n/a")
+        cells.append("%.2f" % rb if rb is not None else "n/a")
+        if isinstance(r["flashcl"], (int, float)) and r["flashcl"] > 0:
+            tf = flops(r["batch"], r["heads"], r["n"], r["d"], r["causal"], backward) / (r["flashcl"] * 1e-3) / 1e12
+            cells.append("%.1f" % tf)
+        else:
+            cells.append("-")
+        lines.append(cells)
+    widths = [max(len(head[i]), *(len(l[i]) for l in lines)) if lines else len(head[i]) for i in range(len(head))]
+    out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
+    out += ["  ".join(c.rjust(w) for c, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# PyTorch side (imported only when measuring)
+
+
+def torch_timer(a):
+    import torch
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                    "cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None), "math": SDPBackend.MATH}
+    except ImportError:  # older PyTorch
+        sdpa_kernel, backends = None, {}
+
+    tdtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+    def naive(q, k, v, causal, scale):
+        if k.shape[1] != q.shape[1]:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        s = torch.matmul(q, k.transpose(-2, -1)).float() * scale
+        if causal:
+            nq, nk = s.shape[-2], s.shape[-1]
+            mask = torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(nk - nq + 1)
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1).to(q.dtype), v)
+
+    def sdpa(q, k, v, causal, scale):
+        if k.shape[1] != q.shape[1]:
+            try:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+            except TypeError:
+                rep = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    def measure(variant, dtype, n, d, causal):
+        """Median ms, or "n/a" / "oom"."""
+        hkv = a.kv_heads or a.heads
+        scale = 1.0 / math.sqrt(d)
+        try:
+            torch.manual_seed(0)
+            grad = a.backward
+            q = torch.randn(a.batch, a.heads, n, d, device="cuda", dtype=tdtype[dtype], requires_grad=grad)
+            k = torch.randn(a.batch, hkv, n, d, device="cuda", dtype=tdtype[dtype], requires_grad=grad)
+            v = torch.randn(a.batch, hkv, n, d, device="cuda", dtype=tdtype[dtype], requires_grad=grad)
+            if variant == "naive":
+                run = lambda: naive(q, k, v, causal, scale)
+            else:
+                backend = backends.get(variant)
+                if sdpa_kernel is None or backend is None:
+                    return "n/a"
+
+                def run():
+                    with sdpa_kernel(backend):
+                        return sdpa(q, k, v, causal, scale)
+
+            if not a.backward:
+                run()  # raises here when the backend does not take this shape or dtype
+                torch.cuda.synchronize()
+                return do_bench(run, return_mode="median")
+            o = run()
+            do = torch.randn_like(o)
+            torch.cuda.synchronize()
+            return do_bench(lambda: o.backward(do, retain_graph=True), grad_to_none=[q, k, v], return_mode="median")
+        except torch.cuda.OutOfMemoryError:
+            return "oom"
+        except RuntimeError as e:
+            if "out of memory" in str(e).lower():
+                return "oom"
+            return "n/a"
+        finally:
+            torch.cuda.empty_cache()
+
+    return measure
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def run(a):
+    measure = None if a.dry_run else torch_timer(a)
+    rows = []
+    for dtype in a.dtype:
+        for d in a.head_dim:
+            for causal in a.causal:
+                cmd = flashcl_command(a, dtype, d, causal)
+                print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+                if a.dry_run:
+                    continue
+                proc = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True)
+                fcl = parse_flashcl_lines(proc.stdout)
+                impl = "backward" if a.backward else "flash"
+                for n in a.seqlen:
+                    rec = fcl.get((impl, n))
+                    row = {"dtype": dtype, "d": d, "causal": causal, "n": n, "batch": a.batch, "heads": a.heads,
+                           "flashcl": rec["median_ms"] if rec and rec["status"] == "ok" else (rec["status"] if rec else "-"),
+                           "reference": None}
+                    if a.with_reference and not a.backward:
+                        ref = fcl.get(("reference", n))
+                        row["reference"] = ref["median_ms"] if ref and ref["status"] == "ok" else (ref["status"] if ref else "-")
+                    for variant in TORCH_VARIANTS:
+                        print("  torch %s %s d=%d causal=%d N=%d" % (variant, dtype, d, causal, n), file=sys.stderr, flush=True)
+                        row[variant] = measure(variant, dtype, n, d, causal)
+                    rows.append(row)
+    if a.dry_run:
+        return 0
+    print("# flashcl vs PyTorch SDPA (%s), B=%d H=%d Hkv=%d; median ms; ratios are time ratios (above 1: flashcl slower)"
+          % ("backward" if a.backward else "forward", a.batch, a.heads, a.kv_heads or a.heads))
+    print(render_table(rows, a.backward))
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+def self_test():
+    failures = []
+
+    def check(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    a = parse_args([])
+    check(a.batch == 4 and a.heads == 16 and a.head_dim == [64, 128] and a.causal == [False, True],
+          "defaults: B=4 H=16 d=64,128 causal both")
+    a = parse_args(["--seqlen", "512,1024", "--dtype", "f32,bf16", "--causal", "yes", "--head-dim", "128",
+                    "--backward", "--device", "NVIDIA"])
+    check(a.seqlen == [512, 1024] and a.dtype == ["f32", "bf16"] and a.causal == [True] and a.backward,
+          "lists, causal yes, backward")
+    cmd = flashcl_command(a, "bf16", 128, True)
+    check(cmd[1:3] == ["--json", "--dtype"] and "--causal" in cmd and cmd[cmd.index("--impl") + 1] == "backward"
+          and cmd[cmd.index("--seqlen") + 1] == "512,1024" and cmd[cmd.index("--device") + 1] == "NVIDIA",
+          "flashcl-bench command line")
+    a2 = parse_args(["--with-reference"])
+    check(flashcl_command(a2, "f16", 64, False)[flashcl_command(a2, "f16", 64, False).index("--impl") + 1]
+          == "flash,reference" and "--causal" not in flashcl_command(a2, "f16", 64, False), "forward with reference")
+    for bad in (["--dtype", "f8"], ["--seqlen", "0"], ["--causal", "maybe"], ["--iters", "3"],
+                ["--heads", "16", "--kv-heads", "3"]):
+        try:
+            with open("/dev/null", "w") as devnull:
+                old, sys.stderr = sys.stderr, devnull
+                try:
+                    parse_args(bad)
+                finally:
+                    sys.stderr = old
+            check(False, "rejects %s" % " ".join(bad))
+        except SystemExit as e:
+            check(e.code == 2, "rejects %s" % " ".join(bad))
+
+    sample = "\n".join([
+        "flashcl-bench: progress on stderr is not here",
+        json.dumps({"impl": "flash", "seqlen": 1024, "status": "ok", "median_ms": 2.0}),
+        json.dumps({"impl": "reference", "seqlen": 1024, "status": "ok", "median_ms": 8.0}),
+        json.dumps({"impl": "reference", "seqlen": 2048, "status": "out of memory", "message": "x"}),
+    ])
+    parsed = parse_flashcl_lines(sample)
+    check(parsed[("flash", 1024)]["median_ms"] == 2.0 and parsed[("reference", 2048)]["status"] == "out of memory"
+          and len(parsed) == 3, "parses flashcl-bench JSON lines")
+
+    rows = [
+        {"dtype": "f16", "d": 64, "causal": False, "n": 1024, "batch": 4, "heads": 16, "flashcl": 2.0,
+         "reference": 8.0, "flash": 1.0, "efficient": 1.5, "cudnn": 0.8, "math": 6.0, "naive": 5.0},
+        {"dtype": "f32", "d": 128, "causal": True, "n": 16384, "batch": 4, "heads": 16, "flashcl": 30.0,
+         "reference": "out of memory", "flash": "n/a", "efficient": 20.0, "cudnn": "n/a", "math": "oom",
+         "naive": "oom"},
+        {"dtype": "bf16", "d": 64, "causal": True, "n": 2048, "batch": 4, "heads": 16, "flashcl": "unsupported",
+         "reference": None, "flash": "n/a", "efficient": "n/a", "cudnn": "n/a", "math": "n/a", "naive": "n/a"},
+    ]
+    table = render_table(rows, backward=False)
+    lines = table.splitlines()
+    print(table)
+    check(len(lines) == 4 and "flashcl/flash" in lines[0] and "fcl_ref_ms" in lines[0], "table header and rows")
+    cells = lines[1].split()
+    check(cells[-3] == "2.00" and cells[-2] == "2.50", "ratios flashcl/flash 2.00 and flashcl/best 2.50 (cudnn)")
+    tf = flops(4, 16, 1024, 64, False, False) / 2e-3 / 1e12
+    check(cells[-1] == "%.1f" % tf, "flashcl TFLOP/s from the median")
+    cells = lines[2].split()
+    check(cells[-3] == "n/a" and cells[-2] == "1.50" and "oom" in cells and "out" in lines[2],
+          "n/a when PyTorch flash does not take f32; best of the rest")
+    check(lines[3].split()[-3:] == ["n/a", "n/a", "-"], "a row where nothing ran")
+    check(flops(1, 1, 10, 2, True, True) == 10 * 100 * 2 / 2, "backward FLOPs halved for causal")
+    print("compare_torch self-test: %d failed" % len(failures))
+    return 1 if failures else 0
+
+
+def main(argv):
+    a = parse_args(argv)
+    if a.self_test:
+        return self_test()
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
