@@ -61,8 +61,8 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
     return -1;
   }
   char defines[256];
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem);
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb);
   if (fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel) != FCL_SUCCESS) {
     ctx->nvidia_mma_failed = 1;
     snprintf(why, why_size, "the tensor-core kernel failed to build");

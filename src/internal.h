@@ -68,6 +68,7 @@ typedef struct fcl_tile_plan {
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
+  int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
   size_t local_bytes;
   char reason[192];
 } fcl_tile_plan;

@@ -6,9 +6,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Local memory of the kernel: K and V tiles of bc rows, reused for the O tile of br rows at the end. */
+/* Local memory of the kernel: K and V tiles of bc rows (and the Q tile of br rows when qsmem), reused for
+   the O tile at the end. */
 size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p) {
-  size_t kv = 2 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
+  size_t kv = (size_t)(2 + (p->kdb ? 1 : 0)) * (size_t)p->bc * (size_t)p->ds +
+              (p->qsmem ? (size_t)p->br * (size_t)p->ds : 0),
+         o = (size_t)p->br * (size_t)p->ds;
   return (kv > o ? kv : o) * 2;
 }
 
@@ -39,6 +42,9 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core kernel: scale must be positive and finite");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core kernel: sequence too long");
+  /* The kernel forms offsets within a tile (at most 256 rows) in 32 bits. */
+  if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
+    DECLINE("tensor-core kernel: row stride above 2^22 elements");
   if (!rows_aligned(p->q_stride, p->q_offset, p->batch, p->heads, p->nq) ||
       !rows_aligned(p->k_stride, p->k_offset, p->batch, p->kv_heads, p->nk) ||
       !rows_aligned(p->v_stride, p->v_offset, p->batch, p->kv_heads, p->nk) ||
@@ -49,34 +55,47 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   t.kernel = FCL_KERNEL_NVIDIA_MMA;
   t.dp = ((int)p->d + 15) / 16 * 16;
   t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
-  /* Warps of 16-row mma tiles; m tiles per warp and key-tile rows by head_dim, within the 255 registers
-     a work-item may hold (Q fragments + O accumulators + S + P). */
-  int nw = 4, mt, bc;
+  /* Warps of 16-row mma tiles (rm per warp), key-tile rows and where Q lives, by head_dim, from the
+     measurements in docs/notes-nvidia.md (H200): 32 query rows a warp halve the ldmatrix bytes per mma
+     against 16, and with the Q tile in local memory instead of registers that fits 255 registers without
+     spilling. d <= 64: 4 warps x 2 tiles (128 rows), 64-key tiles; d <= 128: 2 warps x 2 tiles (64 rows),
+     32-key tiles (Q 17 KiB + K,V 17 KiB of the 48 KiB), except causal with at most 2048 query rows, where
+     4 warps x 1 tile with 64-key tiles and Q in registers measured faster; larger d: 4 warps x 1 tile,
+     32-key tiles, Q in registers. */
+  int first[4];
   if (p->d <= 64) {
-    mt = 2;
-    bc = 64;
+    first[0] = 4, first[1] = 2, first[2] = 64, first[3] = 1;
+  } else if (p->d <= 128 && p->causal && p->nq <= 2048) {
+    first[0] = 4, first[1] = 1, first[2] = 64, first[3] = 0;
   } else if (p->d <= 128) {
-    mt = 1;
-    bc = 64;
+    first[0] = 2, first[1] = 2, first[2] = 32, first[3] = 1;
   } else {
-    mt = 1;
-    bc = 32;
+    first[0] = 4, first[1] = 1, first[2] = 32, first[3] = 0;
   }
-  for (; bc >= 16; bc /= 2) {
-    t.tr = nw;
+  /* Then smaller shapes for devices with less local memory; the compiler keeps 16 bytes for itself. */
+  const int shapes[][4] = {{first[0], first[1], first[2], first[3]}, {4, 1, 32, 0}, {4, 1, 16, 0}, {2, 1, 16, 0}};
+  int found = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && !found; ++i) {
+    t.tr = shapes[i][0];
     t.tc = 32;
-    t.wg = nw * 32;
-    t.rm = mt;
-    t.br = nw * mt * 16;
-    t.bc = bc;
+    t.wg = t.tr * 32;
+    t.rm = shapes[i][1];
+    t.bc = shapes[i][2];
+    t.qsmem = shapes[i][3];
+    t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t);
-    if (t.local_bytes <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size) break;
+    found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
   }
-  if (bc < 16) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
+  if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
+  /* One K tile: a second one (kdb, K(j+1) loading during a whole iteration) measured 1-5% slower on the
+     H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
+  t.kdb = 0;
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d query rows, "
-           "%d-key tiles, %zu B local",
-           caps->nv_cc_major, caps->nv_cc_minor, nw, mt, t.br, t.bc, t.local_bytes);
+           "%d-key tiles%s, Q in %s, %zu B local",
+           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br, t.bc, t.kdb ? " (K double-buffered)" : "",
+           t.qsmem ? "local memory" : "registers",
+           t.local_bytes);
   *out = t;
   return 0;
 #undef DECLINE

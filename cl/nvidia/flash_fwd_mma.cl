@@ -2,17 +2,20 @@
  * PTX: mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async.
  *
  * A work-group of NW warps owns BR = NW * MT * 16 query rows of one (batch, head); each warp owns MT
- * tiles of 16 rows. The warp keeps its Q fragments and its O accumulator in registers. K and V tiles of
- * BC rows stream through two local buffers with cp.async: V(j) loads while S = Q K(j)^T is computed, and
- * K(j+1) loads while O += P V(j) is computed. S is computed and softmaxed in the mma accumulator layout;
- * its rounded probabilities are reused in registers directly as the A operand of P V.
+ * tiles of 16 rows and keeps its O accumulator in registers; its Q fragments live in registers
+ * (QSMEM 0) or in a local Q tile read by ldmatrix at each k step (QSMEM 1: fewer registers, so that 32
+ * rows a warp fit at head_dim 128). K and V tiles of BC rows stream through two local buffers with
+ * cp.async: V(j) loads while S = Q K(j)^T is computed, and K(j+1) loads while O += P V(j) is computed.
+ * S is computed and softmaxed in the mma accumulator layout; its rounded probabilities are reused in
+ * registers directly as the A operand of P V.
  *
- * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up to
- * 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
- * bank conflicts), NW, MT, BC. The host takes this kernel only when every row of q, k, v and o starts on a
- * 16-byte boundary and scale > 0. Key rows beyond seqlen_k and columns beyond D are zero-filled in local
- * memory (cp.async with source size 0 reads nothing); query rows beyond seqlen_q are computed on zeros
- * and never written.
+ * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up
+ * to 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
+ * bank conflicts), NW, MT, BC, QSMEM. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
+ * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
+ * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
+ * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
+ * reads nothing); query rows beyond seqlen_q are computed on zeros and never written.
  *
  * Accumulator fragment of one m16n8 tile, lane = 4 g + t: c0 c1 at row g, columns 2t and 2t+1; c2 c3 at
  * row g + 8. So each lane holds two rows of S (hr = 0: row g, hr = 1: row g + 8), and the four lanes of a
@@ -36,7 +39,18 @@
 #define OT (DP / 8)  /* n8 tiles of O */
 #define CH (DP / 8)  /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
-#define SMEM (2 * TILE > BR * DS ? 2 * TILE : BR * DS) /* elements: K and V tiles, later the O tile */
+#ifndef QSMEM
+#define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
+#endif
+#ifndef LAZY_RESCALE
+#define LAZY_RESCALE 1 /* 1: skip rescaling O when no row maximum of the warp changed */
+#endif
+#ifndef KDB
+#define KDB 0 /* 1: two K tiles, so K(j+1) loads during all of iteration j (a third tile after V) */
+#endif
+#define QOFF ((2 + KDB) * TILE)                 /* the Q tile [BR][DS] after the K and V tiles */
+#define KVQ ((2 + KDB) * TILE + QSMEM * BR * DS) /* elements: K and V tiles (and Q); later the O tile */
+#define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
 
 #if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
 #error "flash_fwd_mma: inconsistent tile defines"
@@ -52,6 +66,7 @@
                : "memory")
 #define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
 #define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
+#define CP_ASYNC_WAIT_BUT_ONE() asm volatile("cp.async.wait_group 1;\n" ::: "memory")
 
 /* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
 #define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
@@ -63,9 +78,18 @@
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
                : "r"(addr))
 
-/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). */
+/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). It touches no memory,
+   so it need not be volatile; MMA_VOLATILE=1 keeps the mma instructions in source order. */
+#ifndef MMA_VOLATILE
+#define MMA_VOLATILE 0
+#endif
+#if MMA_VOLATILE
+#define MMA_ASM asm volatile
+#else
+#define MMA_ASM asm
+#endif
 #define MMA(c, a, b0, b1)                                                                              \
-  asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                     \
+  MMA_ASM(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                     \
                : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
                : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
 
@@ -73,6 +97,16 @@
 inline uint fcl_pack2(float lo, float hi) {
   uint r;
   asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* 1 when p is non-zero in any lane of the warp. */
+inline int fcl_warp_any(int p) {
+  int r;
+  asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
+               " selp.s32 %0, 1, 0, q_;\n}\n"
+               : "=r"(r)
+               : "r"(p));
   return r;
 }
 
@@ -96,7 +130,9 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
       const bool ok = k0 + r < nk && cc * 8 < D;
-      __global const store_t *s = ok ? src + (long)(k0 + r) * sn + cc * 8 : src;
+      /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
+         per-chunk offsets that the compiler hoists out of the key loop at one register each. */
+      __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * 8) : src;
       CP_ASYNC16(dst + r * DS + cc * 8, s, ok ? 16 : 0);
     }
   }
@@ -118,8 +154,12 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  /* Causal blocks further down hold more work: start them first. */
-  const int qb = causal ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0);
+  /* Causal blocks further down hold more work: start them first (CAUSAL_FIRST_LONGEST=0: in order). */
+#ifndef CAUSAL_FIRST_LONGEST
+#define CAUSAL_FIRST_LONGEST 1
+#endif
+  const int qb = causal && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
+                                                : (int)get_group_id(0);
   const int q0 = qb * BR;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
@@ -135,11 +175,26 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int kv_end = causal ? clamp(q0 + BR + diag, 0, nk) : nk;
   const int ntiles = (kv_end + BC - 1) / BC;
 
+  const int wrow = warp * MT * 16;
+#if QSMEM
+  /* Q tile into local memory with K(0) (one commit group); zero beyond nq and D. */
+  __local ushort *Qs = Ks + QOFF;
+#pragma unroll
+  for (int i = 0; i < (BR * CH + WG - 1) / WG; ++i) {
+    const int c = lid + i * WG;
+    if ((BR * CH) % WG == 0 || c < BR * CH) {
+      const int r = c / CH, cc = c % CH;
+      const bool ok = q0 + r < nq && cc * 8 < D;
+      CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + (long)(q0 + r) * q_sn + cc * 8 : q, ok ? 16 : 0);
+    }
+  }
   if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, 0, nk, lid);
-
+  /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
+  const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+#else
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, 0, nk, lid);
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
-  const int wrow = warp * MT * 16;
   uint qa[MT][KT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -154,6 +209,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       qa[mt][kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
     }
   }
+#endif
 
   float acc[MT][OT][4];
   float m[MT][2], l[MT][2];
@@ -179,6 +235,13 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
     fcl_load_tile(Vs, v, v_sn, k0, nk, lid);
+#if KDB
+    /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
+    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, k0 + BC, nk, lid);
+    const uint k_addr = k_lane + (uint)((j & 1) * 4 * TILE);
+#else
+    const uint k_addr = k_lane;
+#endif
 
     float s[MT][NT][4];
 #pragma unroll
@@ -189,14 +252,23 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         for (int e = 0; e < 4; ++e) s[mt][i][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
+#if QSMEM
+      uint qa[MT][1][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        LDSM_X4(qa[mt][0][0], qa[mt][0][1], qa[mt][0][2], qa[mt][0][3], q_lane + (uint)((mt * 16 * DS + kk * 16) * 2));
+#define QK_A(mt, kk) qa[mt][0]
+#else
+#define QK_A(mt, kk) qa[mt][kk]
+#endif
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint b0, b1, b2, b3;
-        LDSM_X4(b0, b1, b2, b3, k_lane + (uint)((np * 16 * DS + kk * 16) * 2));
+        LDSM_X4(b0, b1, b2, b3, k_addr + (uint)((np * 16 * DS + kk * 16) * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          MMA(s[mt][2 * np], qa[mt][kk], b0, b1);
-          MMA(s[mt][2 * np + 1], qa[mt][kk], b2, b3);
+          MMA(s[mt][2 * np], QK_A(mt, kk), b0, b1);
+          MMA(s[mt][2 * np + 1], QK_A(mt, kk), b2, b3);
         }
       }
     }
@@ -216,6 +288,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     }
 
     /* Online softmax in log2 units: p = 2^(s sl2 - m sl2); scale > 0, so the raw maximum is the scaled one. */
+    float alpha[MT][2];
+    int changed = 0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -227,7 +301,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         mx = fmax(mx, fcl_shfl_xor2(mx));
         /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
         const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
-        const float alpha = native_exp2(m[mt][hr] * sl2 - mu);
+        alpha[mt][hr] = native_exp2(m[mt][hr] * sl2 - mu);
+        changed |= mx != m[mt][hr];
         m[mt][hr] = mx;
         float sum = 0.0f;
 #pragma unroll
@@ -238,13 +313,24 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           s[mt][i][2 * hr + 1] = p1;
           sum += p0 + p1;
         }
-        l[mt][hr] = l[mt][hr] * alpha + sum;
+        l[mt][hr] = l[mt][hr] * alpha[mt][hr] + sum;
+      }
+    }
+    /* O rows scale by alpha; alpha is exactly 1 wherever the maximum stayed, so a warp whose maxima all
+       stayed skips the multiplications (the branch is uniform over the warp). */
+#if LAZY_RESCALE
+    if (fcl_warp_any(changed))
+#endif
+    {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int i = 0; i < OT; ++i) {
-          acc[mt][i][2 * hr] *= alpha;
-          acc[mt][i][2 * hr + 1] *= alpha;
+          acc[mt][i][0] *= alpha[mt][0];
+          acc[mt][i][1] *= alpha[mt][0];
+          acc[mt][i][2] *= alpha[mt][1];
+          acc[mt][i][3] *= alpha[mt][1];
         }
-      }
     }
 
     /* P in the A layout of P V: the accumulators of n8 tiles 2kt and 2kt+1 are the m16k16 fragment kt. */
@@ -259,9 +345,18 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         pa[mt][kt][3] = fcl_pack2(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
       }
 
+#if KDB
+    /* V(j) has landed; K(j+1), committed after it, may still be in flight. */
+    if (j + 1 < ntiles)
+      CP_ASYNC_WAIT_BUT_ONE();
+    else
+      CP_ASYNC_WAIT_ALL();
+    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item */
+#else
     CP_ASYNC_WAIT_ALL(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j) */
     if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sn, k0 + BC, nk, lid);
+#endif
 
 #pragma unroll
     for (int kt = 0; kt < PT; ++kt) {
