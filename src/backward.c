@@ -12,15 +12,6 @@
 
 static const char *const backward_files[] = {"common.cl", "flash_bwd.cl"};
 
-/* Float count of the workspace (Dvec), or 0 when it would overflow size_t. */
-static size_t workspace_floats(const fcl_problem *p) {
-  const uint64_t rows = (uint64_t)p->batch * (uint64_t)p->heads; /* both < 2^31 */
-  if ((uint64_t)p->nq > (UINT64_MAX / 8) / rows) return 0;
-  const uint64_t n = rows * (uint64_t)p->nq;
-  if (n > SIZE_MAX / sizeof(float)) return 0;
-  return (size_t)n;
-}
-
 size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
   if (!ctx) {
     fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -28,37 +19,9 @@ size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attenti
   }
   fcl_problem p;
   if (fcl_resolve_problem(desc, &p) != FCL_SUCCESS) return 0;
-  const size_t n = workspace_floats(&p);
-  if (!n) fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "the backward workspace for this desc exceeds the address range");
+  size_t n = 0;
+  if (fcl_row_count(&p, &n) != FCL_SUCCESS) return 0; /* Dvec: one float per query row */
   return n * sizeof(float);
-}
-
-/* A gradient is written by many work-items at once: its elements must not share addresses. Sufficient
-   test: ordered by stride, each dimension's stride clears the whole extent of the ones inside it. */
-static fcl_status check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
-                                   const int64_t stride[3], const char *desc_field) {
-  int64_t counts[3] = {p->batch, heads, rows};
-  int64_t strides[3] = {stride[0], stride[1], stride[2]};
-  for (int i = 0; i < 3; ++i) /* insertion sort by stride, dimensions of count 1 ignored */
-    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
-      int64_t t = strides[j];
-      strides[j] = strides[j - 1];
-      strides[j - 1] = t;
-      t = counts[j];
-      counts[j] = counts[j - 1];
-      counts[j - 1] = t;
-    }
-  uint64_t extent = (uint64_t)p->d; /* elements spanned by the dimensions inside the current one */
-  for (int i = 0; i < 3; ++i) {
-    if (counts[i] <= 1) continue;
-    if ((uint64_t)strides[i] < extent)
-      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
-                      "%s would have overlapping elements: desc->%s_stride gives it a stride of %lld where %llu "
-                      "elements are needed; the gradients use the layouts of q, k and v",
-                      what, desc_field, (long long)strides[i], (unsigned long long)extent);
-    extent = (uint64_t)strides[i] * (uint64_t)(counts[i] - 1) + extent;
-  }
-  return FCL_SUCCESS;
 }
 
 static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
@@ -74,14 +37,11 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
       (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
       (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
       (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
-      (st = check_no_overlap("d_q", p, p->heads, p->nq, p->q_stride, "q")) ||
-      (st = check_no_overlap("d_k", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
-      (st = check_no_overlap("d_v", p, p->kv_heads, p->nk, p->v_stride, "v")))
+      (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->heads, p->nq, p->q_stride, "q")) ||
+      (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
+      (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_heads, p->nk, p->v_stride, "v")) ||
+      (st = fcl_row_count(p, ws_floats)) || (st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats)))
     return st;
-  *ws_floats = workspace_floats(p);
-  if (!*ws_floats)
-    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "the backward workspace for this desc exceeds the address range");
-  if ((st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats))) return st;
 
   /* Every buffer written (gradients, workspace) must differ from every other buffer. */
   const cl_mem outs[4] = {d_q, d_k, d_v, workspace};

@@ -6,6 +6,27 @@
 
 static const char *const tensor_names[4] = {"q", "k", "v", "o"};
 
+/* Largest element index or byte count the library accepts: device addresses are 64-bit and kernels
+   index with signed 64-bit arithmetic. */
+#define FCL_MAX_EXTENT ((uint64_t)1 << 62)
+
+/* a * b + c into *out; 0 on success, -1 when the result would exceed FCL_MAX_EXTENT. */
+static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out) {
+  if (a && b > (FCL_MAX_EXTENT - c) / a) return -1;
+  *out = a * b + c;
+  return *out > FCL_MAX_EXTENT ? -1 : 0;
+}
+
+fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
+  uint64_t n;
+  if (mul_add((uint64_t)p->batch, (uint64_t)p->heads, 0, &n) || mul_add(n, (uint64_t)p->nq, 0, &n) ||
+      n > SIZE_MAX / sizeof(float))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "batch * num_heads * seqlen_q (%lld * %lld * %lld) is too large",
+                    (long long)p->batch, (long long)p->heads, (long long)p->nq);
+  *rows = (size_t)n;
+  return FCL_SUCCESS;
+}
+
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   if (!desc) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc is NULL");
   memset(p, 0, sizeof *p);
@@ -27,10 +48,10 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   if (desc->head_dim > FCL_MAX_HEAD_DIM)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "desc->head_dim is %lld; flashcl supports head_dim up to %d",
                     (long long)desc->head_dim, FCL_MAX_HEAD_DIM);
-  /* Grid dimensions and in-kernel row indices are 32-bit. */
+  /* Grid dimensions and in-kernel row indices are 32-bit: batch and heads below 2^31, lengths below 2^30. */
   if (desc->seqlen_q > INT32_MAX / 2 || desc->seqlen_k > INT32_MAX / 2 || desc->batch > INT32_MAX ||
       desc->num_heads > INT32_MAX)
-    return fcl_fail(FCL_ERROR_UNSUPPORTED, "desc sizes exceed 2^30 (batch %lld, num_heads %lld, seqlen_q %lld, seqlen_k %lld)",
+    return fcl_fail(FCL_ERROR_UNSUPPORTED, "desc sizes exceed the limits (batch and num_heads below 2^31, seqlens below 2^30; batch %lld, num_heads %lld, seqlen_q %lld, seqlen_k %lld)",
                     (long long)desc->batch, (long long)desc->num_heads, (long long)desc->seqlen_q, (long long)desc->seqlen_k);
   switch (desc->dtype) {
     case FCL_DTYPE_F32: p->elem_size = 4; break;
@@ -38,8 +59,8 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
     case FCL_DTYPE_BF16: p->elem_size = 2; break;
     default: return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->dtype is %d; it must be FCL_DTYPE_F32, FCL_DTYPE_F16 or FCL_DTYPE_BF16", (int)desc->dtype);
   }
-  if (!isfinite(desc->scale) || desc->scale < 0)
-    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite and positive (0 = 1/sqrt(head_dim))", (double)desc->scale);
+  if (!isfinite(desc->scale))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite (0 = 1/sqrt(head_dim))", (double)desc->scale);
   if (desc->causal != 0 && desc->causal != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->causal is %d; it must be 0 or 1", desc->causal);
 
@@ -66,9 +87,13 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_offset is %lld; it must not be negative", tensor_names[t], (long long)offsets[t]);
     *resolved_offsets[t] = offsets[t];
     if (s[0] == 0 && s[1] == 0 && s[2] == 0) {
+      uint64_t head_elems, batch_elems;
+      if (mul_add((uint64_t)rows, (uint64_t)desc->head_dim, 0, &head_elems) ||
+          mul_add((uint64_t)heads, head_elems, 0, &batch_elems))
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too large: one batch of it exceeds 2^62 elements", tensor_names[t]);
       resolved[t][2] = desc->head_dim;
-      resolved[t][1] = rows * desc->head_dim;
-      resolved[t][0] = heads * rows * desc->head_dim;
+      resolved[t][1] = (int64_t)head_elems;
+      resolved[t][0] = (int64_t)batch_elems;
       continue;
     }
     for (int i = 0; i < 3; ++i) {
@@ -77,10 +102,6 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
                         tensor_names[t], i, (long long)s[i]);
       resolved[t][i] = s[i];
     }
-    /* Output rows must not overlap each other: rows of one head at least head_dim apart. */
-    if (t == 3 && s[2] < desc->head_dim && desc->seqlen_q > 1)
-      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->o_stride[2] is %lld; output rows would overlap (head_dim %lld)",
-                      (long long)s[2], (long long)desc->head_dim);
   }
   return FCL_SUCCESS;
 }
@@ -104,22 +125,50 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
   size_t size = 0;
   fcl_status st = check_mem_context(ctx, buf, what, &size);
   if (st) return st;
-  /* Last element reached, in elements; every term is bounded well below 2^63 by the checks above
-     unless the strides themselves are huge, which the division guard catches. */
+  /* Last element reached, in elements, with every step checked against overflow. */
   const int64_t counts[3] = {p->batch, heads, rows};
-  uint64_t last = (uint64_t)offset + (uint64_t)p->d - 1;
-  for (int i = 0; i < 3; ++i) {
-    uint64_t span = (uint64_t)(counts[i] - 1);
-    if (span && (uint64_t)stride[i] > (UINT64_MAX / 4) / span)
-      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: stride[%d] = %lld overflows the address range", what, i,
+  uint64_t last = (uint64_t)p->d - 1;
+  if (mul_add(1, (uint64_t)offset, last, &last))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: offset %lld is beyond any buffer", what, (long long)offset);
+  for (int i = 0; i < 3; ++i)
+    if (mul_add((uint64_t)(counts[i] - 1), (uint64_t)stride[i], last, &last))
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: stride[%d] = %lld reaches beyond any buffer", what, i,
                       (long long)stride[i]);
-    last += span * (uint64_t)stride[i];
-  }
-  const uint64_t need = (last + 1) * p->elem_size;
+  uint64_t need;
+  if (mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: its strides and offset reach beyond any buffer", what);
   if (need > size)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "%s is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes", what,
                     (unsigned long long)need, size);
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+                                const int64_t stride[3], const char *desc_field) {
+  /* Sufficient test: ordered by stride, each dimension's stride clears the whole extent of the dimensions
+     inside it (dimensions of count 1 ignored). fcl_check_tensor has bounded every product below 2^62. */
+  int64_t counts[3] = {p->batch, heads, rows};
+  int64_t strides[3] = {stride[0], stride[1], stride[2]};
+  for (int i = 0; i < 3; ++i)
+    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
+      int64_t t = strides[j];
+      strides[j] = strides[j - 1];
+      strides[j - 1] = t;
+      t = counts[j];
+      counts[j] = counts[j - 1];
+      counts[j - 1] = t;
+    }
+  uint64_t extent = (uint64_t)p->d; /* elements spanned by the dimensions inside the current one */
+  for (int i = 0; i < 3; ++i) {
+    if (counts[i] <= 1) continue;
+    if ((uint64_t)strides[i] < extent)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "%s would have overlapping elements: desc->%s_stride gives a stride of %lld where %llu "
+                      "elements are needed",
+                      what, desc_field, (long long)strides[i], (unsigned long long)extent);
+    extent = (uint64_t)strides[i] * (uint64_t)(counts[i] - 1) + extent;
+  }
   return FCL_SUCCESS;
 }
 
@@ -128,7 +177,7 @@ fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char
   size_t size = 0;
   fcl_status st = check_mem_context(ctx, buf, what, &size);
   if (st) return st;
-  if (size < count * sizeof(float))
+  if (count > SIZE_MAX / sizeof(float) || size < count * sizeof(float))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %zu bytes but holds %zu", what,
                     count * sizeof(float), size);
   return FCL_SUCCESS;

@@ -11,17 +11,27 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
                                 const cl_event *wait, fcl_problem *p) {
   if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
   fcl_status st;
+  size_t rows = 0;
   if ((st = fcl_resolve_problem(desc, p)) || (st = fcl_check_queue(ctx, queue)) ||
       (st = fcl_check_tensor(ctx, q, "q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
       (st = fcl_check_tensor(ctx, k, "k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
       (st = fcl_check_tensor(ctx, v, "v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
       (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
-      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", (size_t)(p->batch * p->heads * p->nq)))) ||
-      (st = fcl_check_wait_list(num_wait, wait)))
+      (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
+      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_wait_list(num_wait, wait)))
     return st;
-  if (o == q || o == k || o == v)
-    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o is the same buffer as %s; the output must not alias an input",
-                    o == q ? "q" : o == k ? "k" : "v");
+  /* The outputs must not alias an input or each other. */
+  const cl_mem inputs[3] = {q, k, v};
+  const char *const names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    if (o == inputs[i])
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o is the same buffer as %s; outputs must not alias inputs",
+                      names[i]);
+    if (lse == inputs[i])
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as %s; outputs must not alias inputs",
+                      names[i]);
+  }
+  if (lse == o) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as o; outputs must not alias");
   return FCL_SUCCESS;
 }
 
@@ -31,19 +41,29 @@ static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, char *out,
            (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt);
 }
 
-/* The portable kernel for (d, dtype): plan, build, and re-plan once if the compiled kernel admits
-   fewer work-items than planned. The caller holds ctx->lock. */
+fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, cl_kernel *kernel,
+                                       size_t *kernel_wg) {
+  char defines[512];
+  portable_defines(plan, dtype, defines, sizeof defines);
+  fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
+  if (st) return st;
+  FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *kernel_wg, kernel_wg,
+                                        NULL));
+  return FCL_SUCCESS;
+}
+
+/* The portable kernel for (d, dtype): plan (the shape fcl_tune_forward recorded for this device, else the
+   rule), build, and re-plan once if the compiled kernel admits fewer work-items than planned. The caller
+   holds ctx->lock. */
 static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl_tile_plan *plan, cl_kernel *kernel) {
   size_t kernel_limit = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    if (fcl_plan_forward(&ctx->caps, d, dtype, kernel_limit, plan) != 0)
+    if (fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0 &&
+        fcl_plan_forward(&ctx->caps, d, dtype, kernel_limit, plan) != 0)
       return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", ctx->caps.device_name, plan->reason);
-    char defines[512];
-    portable_defines(plan, dtype, defines, sizeof defines);
-    fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
-    if (st) return st;
     size_t wg = 0;
-    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
+    fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, kernel, &wg);
+    if (st) return st;
     if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
     kernel_limit = wg;
   }
@@ -117,6 +137,12 @@ static fcl_status enqueue_forward(cl_command_queue queue, const fcl_problem *p,
   const size_t local[3] = {(size_t)t->wg, 1, 1};
   FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, event));
   return FCL_SUCCESS;
+}
+
+fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
+                               cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event) {
+  return enqueue_forward(queue, p, plan, kernel, q, k, v, o, lse, num_wait, wait, event);
 }
 
 fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,

@@ -112,6 +112,31 @@ extern const fcl_embedded_source fcl_embedded_sources[];
 extern const int fcl_embedded_source_count;
 void fcl_release_programs(fcl_context *ctx);
 
+/* ---- tune.c: the opt-in autotune of the portable forward's shape (fcl_tune_forward) ---- */
+
+/* One portable forward shape, as fcl_plan_forward_shape takes it. */
+typedef struct fcl_forward_shape {
+  int tr, tc, rm, rn, pad, kt;
+} fcl_forward_shape;
+
+/* The tuned shape of one (head_dim, dtype) in a context: state 0 not looked up yet, 1 none (the rule's
+   default), 2 shape. */
+typedef struct fcl_tuned_slot {
+  unsigned char state, tr, tc, rm, rn, pad, kt;
+} fcl_tuned_slot;
+
+/* The plan of the tuned shape for (head_dim, dtype), loaded once from the disk cache and verified, when
+   there is one, FLASHCL_FORWARD_SHAPE is not set, and it fits within kernel_max_wg (0: only the device
+   limit). Returns 0 with out->reason saying "tuned on this device", else -1. Caller holds ctx->lock. */
+int fcl_plan_forward_tuned(fcl_context *ctx, int head_dim, fcl_dtype dtype, size_t kernel_max_wg, fcl_tile_plan *out);
+/* Records shape (NULL: the rule's default) as the tuned choice for (head_dim, dtype) in the context and, with
+   a disk cache, in its tune file (NULL: the file is removed). *saved (optional): 1 when the file was
+   written. Takes ctx->lock. Used by fcl_tune_forward, and by tests to make a choice deterministic. */
+fcl_status fcl_tune_record(fcl_context *ctx, int head_dim, fcl_dtype dtype, const fcl_forward_shape *shape,
+                           double best_ms, double default_ms, int *saved);
+/* The tune file of (head_dim, dtype) in ctx's cache directory (malloc'd), or NULL without a disk cache. */
+char *fcl_tune_file_path(const fcl_context *ctx, int head_dim, fcl_dtype dtype);
+
 /* ---- context.c ---- */
 
 struct fcl_context {
@@ -128,6 +153,8 @@ struct fcl_context {
   uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
       cache_disk_write_failures;
   int cache_last; /* fcl_cache_source of the last kernel request */
+  /* tune.c: tuned portable forward shapes per (dtype, head_dim) (guarded by lock) */
+  fcl_tuned_slot tuned[3][FCL_MAX_HEAD_DIM + 1];
 };
 
 /* ---- cache.c: the on-disk binary cache (layout described at the top of cache.c) ---- */
@@ -150,6 +177,9 @@ void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CAC
 /* Writes <dir>/<hex key>.bin with a header for payload (temporary file + rename; creates dir). 0: written. */
 int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
                           const void *payload, size_t size);
+/* The payload of the verified entry <dir>/<hex key>.bin (malloc'd; *size its length), or NULL when it is
+   missing, short, corrupt or for another key. */
+unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, size_t *size);
 /* Hooks for program.c; the caller holds ctx->lock. fcl_cache_load computes *key and returns a built program
    from a verified entry, or NULL (a miss). fcl_cache_store counts a source build and writes its binary. */
 cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key);
@@ -175,6 +205,13 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
    tensor with the given strides and offset. what names the argument in messages. */
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
                             int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset);
+/* Checks that an output's elements do not overlap each other (work-items write them concurrently). what
+   names the output in messages, desc_field the descriptor field whose strides it uses. Call after
+   fcl_check_tensor. */
+fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+                                const int64_t stride[3], const char *desc_field);
+/* batch * heads * seqlen_q (lse elements), checked against overflow. */
+fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);
@@ -187,6 +224,14 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
                                 const cl_event *wait, fcl_problem *p);
 /* Chooses the forward kernel variant for p and returns its plan and built kernel. Caller holds ctx->lock. */
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel);
+/* The built portable forward kernel of plan for dtype, and the work-items it admits (*kernel_wg). Caller
+   holds ctx->lock. */
+fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, cl_kernel *kernel,
+                                       size_t *kernel_wg);
+/* Sets kernel's arguments for p and plan and enqueues one forward. Caller holds ctx->lock. */
+fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
+                               cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event);
 
 /* ---- plan_backward.c and backward.c: the backward kernels ---- */
 
