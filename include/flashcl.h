@@ -147,6 +147,27 @@ typedef struct fcl_cache_stats {
 /* Counters of this context since its creation, and the disk cache's entries for its device. */
 fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
 
+/* ---- Tuning (opt-in): time the portable forward kernel's candidate shapes on this device. ---- */
+
+typedef struct fcl_tune_result {
+  char shape[64];         /* the fastest shape timed, "tr,tc,rm,rn,kt" as FLASHCL_FORWARD_SHAPE takes it */
+  char default_shape[64]; /* the shape the planner's rule picks, in the same form */
+  double best_ms;         /* median device time of one forward call with shape, in milliseconds */
+  double default_ms;      /* the same for default_shape */
+  int candidates;         /* shapes timed, the default included */
+  int recorded;           /* 1: shape beats the default, and this context's portable forward for desc's
+                             (head_dim, dtype) plans with it from now on; 0: the rule's default stays */
+  int saved;              /* 1: the choice was written to the cache directory, where new contexts on this
+                             device, driver and library version find it */
+} fcl_tune_result;
+
+/* Times the portable forward kernel at each candidate shape that fits this device for desc's head_dim and
+   dtype, and the rule's default, on scratch buffers of desc's size (random contents, contiguous layout;
+   desc's strides and offsets are not used), and records the winner when it beats the default. queue must
+   have CL_QUEUE_PROFILING_ENABLE. Blocks until done; takes seconds (more on large shapes). */
+fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                            fcl_tune_result *out);
+
 #ifdef __cplusplus
 }
 #endif

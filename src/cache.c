@@ -336,6 +336,22 @@ static const unsigned char *verify_entry(const unsigned char *data, size_t size,
   return data + FCL_CACHE_HEADER_SIZE;
 }
 
+unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, size_t *size) {
+  if (!dir) return NULL;
+  char *path = entry_path(dir, key);
+  size_t file_size = 0, payload_size = 0;
+  unsigned char *data = path ? read_file(path, &file_size) : NULL;
+  free(path);
+  const unsigned char *payload = data ? verify_entry(data, file_size, key, &payload_size) : NULL;
+  unsigned char *copy = payload ? malloc(payload_size) : NULL;
+  if (copy) {
+    memcpy(copy, payload, payload_size);
+    *size = payload_size;
+  }
+  free(data);
+  return copy;
+}
+
 /* ---- the hooks used by program.c (the caller holds ctx->lock) ---- */
 
 cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key) {

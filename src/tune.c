@@ -1,0 +1,383 @@
+/* Opt-in autotune of the portable forward kernel's shape (fcl_tune_forward), and the tuned shape's place in
+ * planning (fcl_plan_forward_tuned).
+ *
+ * fcl_tune_forward times a short list of candidate shapes (those measured fastest on GPUs and on CPUs in
+ * docs/notes-portable.md) that fit the device for the problem's (head_dim, dtype), and the rule's default,
+ * on scratch buffers of the problem's size: the median device time (profiling events) of TUNE_RUNS calls
+ * after one warm-up. A candidate that does not build, admits too few work-items or fails to run is left
+ * out. The winner is recorded only when it is at least TUNE_MARGIN faster than the default; otherwise the
+ * default stays and an earlier record is removed.
+ *
+ * A record lives in the context (per dtype and head_dim, under ctx->lock) and, with a disk cache, in an
+ * entry of the binary cache's format (cache.c: header with magic, key, payload size and SHA-256) written
+ * by fcl_cache_write_entry (temporary file + rename). Its key is fcl_cache_key_compute of the device
+ * identity and library version (as for binaries), the embedded source of the portable forward kernel, and
+ * options naming the record's format, head_dim, dtype and the context's build options: another device,
+ * driver, library or kernel source never finds it. The payload is a few lines of text, checked again on
+ * load (head_dim, dtype, shape values); a record whose shape no longer fits is ignored by planning.
+ *
+ * Locking: ctx->lock is held while a candidate kernel is built and while each run is set up and enqueued,
+ * never while waiting for a run, so other threads' calls proceed between runs (their device work competes
+ * with the timed runs and makes the timings noisier).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TUNE_RUNS 5         /* timed calls per shape, after one warm-up; the median counts */
+#define TUNE_MARGIN 0.02    /* a candidate must be this much faster than the default to be recorded */
+#define TUNE_FORMAT 1       /* of the record's key options and payload */
+#define TUNE_PAYLOAD_MAX 512
+
+/* Candidates (tr, tc, rm, rn, kt; kt -1: by device type), from docs/notes-portable.md. */
+static const int gpu_candidates[][5] = {
+    {8, 16, 4, 2, -1},  {16, 8, 4, 4, -1}, {16, 8, 2, 4, -1}, {8, 8, 4, 4, -1},  {8, 16, 4, 4, -1},
+    {16, 16, 4, 2, -1}, {8, 16, 8, 2, -1}, {16, 16, 2, 2, -1}, {8, 16, 2, 2, -1}, {8, 8, 2, 4, -1},
+    {8, 8, 2, 2, -1}};
+static const int cpu_candidates[][5] = {{4, 4, 16, 16, 1}, {4, 2, 16, 32, 1}, {8, 4, 8, 16, 1}, {4, 8, 16, 8, 1},
+                                        {8, 8, 8, 8, 1},   {4, 4, 8, 8, 1},   {16, 4, 4, 16, 1}};
+
+static const char *const forward_sources[] = {"common.cl", "flash_fwd.cl"};
+
+static int shape_valid(const fcl_forward_shape *s) {
+  return s->tr >= 1 && s->tr <= 255 && s->tc >= 1 && s->tc <= 255 && s->rm >= 1 && s->rm <= 255 && s->rn >= 1 &&
+         s->rn <= 255 && (s->pad == 0 || s->pad == 1) && (s->kt == 0 || s->kt == 1);
+}
+
+static void shape_of_plan(const fcl_tile_plan *t, fcl_forward_shape *s) {
+  s->tr = t->tr, s->tc = t->tc, s->rm = t->rm, s->rn = t->rn, s->kt = t->kt;
+  s->pad = t->ds != t->dp;
+}
+
+static void shape_string(const fcl_tile_plan *t, char *out, size_t size) {
+  snprintf(out, size, "%d,%d,%d,%d,%d", t->tr, t->tc, t->rm, t->rn, t->kt);
+}
+
+/* ---- the record's key, path and payload ---- */
+
+static void tune_key(const fcl_context *ctx, int head_dim, fcl_dtype dtype, fcl_cache_key *key) {
+  /* The embedded kernel source (FLASHCL_KERNEL_DIR, a development override, is not followed here). */
+  size_t n = 1;
+  const char *parts[2] = {"", ""};
+  for (int f = 0; f < 2; ++f)
+    for (int i = 0; i < fcl_embedded_source_count; ++i)
+      if (strcmp(fcl_embedded_sources[i].name, forward_sources[f]) == 0) parts[f] = fcl_embedded_sources[i].text;
+  n += strlen(parts[0]) + strlen(parts[1]);
+  char *source = malloc(n);
+  if (source) snprintf(source, n, "%s%s", parts[0], parts[1]);
+  char options[1024];
+  snprintf(options, sizeof options, "flashcl forward tune %d; head_dim %d; dtype %d; build options %s", TUNE_FORMAT,
+           head_dim, (int)dtype, ctx->build_options ? ctx->build_options : "");
+  /* Without memory for the source, key the record by the file names: it is then simply not found. */
+  fcl_cache_key_compute(&ctx->caps, source ? source : "flash_fwd.cl (source unavailable)", options, key);
+  free(source);
+}
+
+char *fcl_tune_file_path(const fcl_context *ctx, int head_dim, fcl_dtype dtype) {
+  if (!ctx || !ctx->cache_dir) return NULL;
+  fcl_cache_key key;
+  tune_key(ctx, head_dim, dtype, &key);
+  char hex[2 * FCL_CACHE_KEY_SIZE + 1];
+  fcl_cache_key_hex(&key, hex);
+  const size_t n = strlen(ctx->cache_dir) + sizeof hex + 8;
+  char *path = malloc(n);
+  if (path) snprintf(path, n, "%s/%s.bin", ctx->cache_dir, hex);
+  return path;
+}
+
+static int format_payload(char *out, size_t size, int head_dim, fcl_dtype dtype, const fcl_forward_shape *s,
+                          double best_ms, double default_ms) {
+  return snprintf(out, size,
+                  "flashcl forward tune %d\nhead_dim %d\ndtype %d\nshape %d,%d,%d,%d pad %d kt %d\n"
+                  "best_ms %.6f\ndefault_ms %.6f\n",
+                  TUNE_FORMAT, head_dim, (int)dtype, s->tr, s->tc, s->rm, s->rn, s->pad, s->kt, best_ms, default_ms);
+}
+
+/* 0 when the payload is a record of this format for (head_dim, dtype) with a valid shape. */
+static int parse_payload(const unsigned char *data, size_t size, int head_dim, fcl_dtype dtype, fcl_forward_shape *s) {
+  char text[TUNE_PAYLOAD_MAX + 1];
+  if (size == 0 || size > TUNE_PAYLOAD_MAX) return -1;
+  memcpy(text, data, size);
+  text[size] = '\0';
+  int format = 0, hd = 0, dt = -1;
+  if (sscanf(text, "flashcl forward tune %d head_dim %d dtype %d shape %d,%d,%d,%d pad %d kt %d", &format, &hd, &dt,
+             &s->tr, &s->tc, &s->rm, &s->rn, &s->pad, &s->kt) != 9)
+    return -1;
+  return format == TUNE_FORMAT && hd == head_dim && dt == (int)dtype && shape_valid(s) ? 0 : -1;
+}
+
+/* ---- planning ---- */
+
+static fcl_tuned_slot *slot_of(fcl_context *ctx, int head_dim, fcl_dtype dtype) {
+  if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM || (int)dtype < 0 || (int)dtype > 2) return NULL;
+  return &ctx->tuned[dtype][head_dim];
+}
+
+static void set_slot(fcl_tuned_slot *slot, const fcl_forward_shape *s) {
+  if (!s) {
+    memset(slot, 0, sizeof *slot);
+    slot->state = 1;
+    return;
+  }
+  slot->state = 2;
+  slot->tr = (unsigned char)s->tr, slot->tc = (unsigned char)s->tc, slot->rm = (unsigned char)s->rm;
+  slot->rn = (unsigned char)s->rn, slot->pad = (unsigned char)s->pad, slot->kt = (unsigned char)s->kt;
+}
+
+/* Looks the record up on disk once; a missing, corrupt or mismatching one leaves the default. */
+static void load_slot(fcl_context *ctx, int head_dim, fcl_dtype dtype, fcl_tuned_slot *slot) {
+  set_slot(slot, NULL);
+  if (!ctx->cache_dir) return;
+  fcl_cache_key key;
+  tune_key(ctx, head_dim, dtype, &key);
+  size_t size = 0;
+  unsigned char *data = fcl_cache_read_entry(ctx->cache_dir, &key, &size);
+  fcl_forward_shape s;
+  if (data && parse_payload(data, size, head_dim, dtype, &s) == 0) set_slot(slot, &s);
+  free(data);
+}
+
+int fcl_plan_forward_tuned(fcl_context *ctx, int head_dim, fcl_dtype dtype, size_t kernel_max_wg, fcl_tile_plan *out) {
+  fcl_tuned_slot *slot = slot_of(ctx, head_dim, dtype);
+  if (!slot || ctx->caps.forward_shape[0]) return -1; /* FLASHCL_FORWARD_SHAPE wins */
+  if (slot->state == 0) load_slot(ctx, head_dim, dtype, slot);
+  if (slot->state != 2 || fcl_plan_forward_shape(&ctx->caps, head_dim, kernel_max_wg, slot->tr, slot->tc, slot->rm,
+                                                  slot->rn, slot->pad, slot->kt, out) != 0)
+    return -1;
+  snprintf(out->reason, sizeof out->reason,
+           "tuned on this device (fcl_tune_forward): %dx%d work-items, each %d rows x %d keys, %d output columns%s",
+           out->tr, out->tc, out->rm, out->rn, out->dn, out->kt ? ", K tile transposed" : "");
+  return 0;
+}
+
+fcl_status fcl_tune_record(fcl_context *ctx, int head_dim, fcl_dtype dtype, const fcl_forward_shape *shape,
+                           double best_ms, double default_ms, int *saved) {
+  if (saved) *saved = 0;
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  fcl_tuned_slot *slot = slot_of(ctx, head_dim, dtype);
+  if (!slot) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "head_dim %d or dtype %d is out of range", head_dim, (int)dtype);
+  if (shape && !shape_valid(shape))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "shape %d,%d,%d,%d pad %d kt %d is not a valid forward shape", shape->tr,
+                    shape->tc, shape->rm, shape->rn, shape->pad, shape->kt);
+  char payload[TUNE_PAYLOAD_MAX];
+  int n = shape ? format_payload(payload, sizeof payload, head_dim, dtype, shape, best_ms, default_ms) : 0;
+  char *path = fcl_tune_file_path(ctx, head_dim, dtype);
+  pthread_mutex_lock(&ctx->lock);
+  set_slot(slot, shape);
+  if (ctx->cache_dir && shape && n > 0 && n < (int)sizeof payload) {
+    fcl_cache_key key;
+    unsigned char tag[FCL_CACHE_TAG_SIZE];
+    tune_key(ctx, head_dim, dtype, &key);
+    fcl_cache_device_tag(&ctx->caps, tag);
+    if (fcl_cache_write_entry(ctx->cache_dir, &key, tag, payload, (size_t)n) == 0 && saved) *saved = 1;
+  } else if (path && !shape) {
+    unlink(path); /* no record: the default stays, for new contexts too */
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  free(path);
+  return FCL_SUCCESS;
+}
+
+/* ---- timing ---- */
+
+/* The scratch problem's buffers: q, k, v (random), o. */
+typedef struct tune_buffers {
+  cl_mem m[4];
+} tune_buffers;
+
+static void release_buffers(tune_buffers *b) {
+  for (int i = 0; i < 4; ++i)
+    if (b->m[i]) clReleaseMemObject(b->m[i]);
+}
+
+/* Random values in about [-1, 1] for the dtype's storage, written in chunks (no full-size host copy). */
+static fcl_status fill_random(cl_command_queue queue, cl_mem buf, size_t elems, fcl_dtype dtype, uint64_t seed) {
+  enum { CHUNK = 1 << 18 };
+  const size_t es = dtype == FCL_DTYPE_F32 ? 4 : 2;
+  unsigned char *host = malloc(CHUNK * es);
+  if (!host) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory filling the tuning buffers");
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  fcl_status st = FCL_SUCCESS;
+  for (size_t at = 0; at < elems && !st; at += CHUNK) {
+    const size_t n = elems - at < CHUNK ? elems - at : CHUNK;
+    for (size_t i = 0; i < n; ++i) {
+      x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+      const uint64_t r = x * 0x2545F4914F6CDD1Dull;
+      const unsigned sign = (unsigned)(r >> 63), mant = (unsigned)(r >> 40);
+      if (dtype == FCL_DTYPE_F32) {
+        float f = (float)((double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+        memcpy(host + 4 * i, &f, 4);
+      } else {
+        /* Magnitude in [1/16, 1): exponent 11..14 (f16) or 123..126 (bf16), random mantissa. */
+        const unsigned e = (unsigned)(r >> 32) & 3;
+        const uint16_t h = dtype == FCL_DTYPE_F16 ? (uint16_t)(sign << 15 | (11 + e) << 10 | (mant & 0x3ff))
+                                                  : (uint16_t)(sign << 15 | (123 + e) << 7 | (mant & 0x7f));
+        memcpy(host + 2 * i, &h, 2);
+      }
+    }
+    cl_int err = clEnqueueWriteBuffer(queue, buf, CL_TRUE, at * es, n * es, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueWriteBuffer", err);
+  }
+  free(host);
+  return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median device time in ms of TUNE_RUNS forward calls with plan t after one warm-up. */
+static fcl_status time_plan(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t,
+                            cl_kernel kernel, const tune_buffers *b, double *median_ms) {
+  double ms[TUNE_RUNS];
+  for (int i = -1; i < TUNE_RUNS; ++i) {
+    cl_event ev = NULL;
+    pthread_mutex_lock(&ctx->lock);
+    fcl_status st = fcl_enqueue_forward(queue, p, t, kernel, b->m[0], b->m[1], b->m[2], b->m[3], NULL, 0, NULL, &ev);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st) return st;
+    cl_ulong start = 0, end = 0;
+    cl_int err = clWaitForEvents(1, &ev);
+    if (err == CL_SUCCESS)
+      err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+    if (err == CL_SUCCESS) err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    clReleaseEvent(ev);
+    if (err != CL_SUCCESS) return fcl_cl_failure("clWaitForEvents/clGetEventProfilingInfo", err);
+    if (i >= 0) ms[i] = 1e-6 * (double)(end - start);
+  }
+  qsort(ms, TUNE_RUNS, sizeof ms[0], cmp_double);
+  *median_ms = ms[TUNE_RUNS / 2];
+  return FCL_SUCCESS;
+}
+
+/* The rule's default plan (FLASHCL_FORWARD_SHAPE set aside) and its kernel, re-planned as the forward does
+   when the kernel admits fewer work-items. */
+static fcl_status default_plan(fcl_context *ctx, const fcl_device_caps *caps, const fcl_problem *p,
+                               fcl_tile_plan *plan, cl_kernel *kernel) {
+  size_t limit = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (fcl_plan_forward(caps, (int)p->d, p->dtype, limit, plan) != 0)
+      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
+    size_t wg = 0;
+    pthread_mutex_lock(&ctx->lock);
+    fcl_status st = fcl_forward_portable_kernel(ctx, plan, p->dtype, kernel, &wg);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st) return st;
+    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
+    limit = wg;
+  }
+  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the forward kernel for head_dim %lld admits too few work-items on %s",
+                  (long long)p->d, caps->device_name);
+}
+
+static int same_shape(const fcl_tile_plan *a, const fcl_tile_plan *b) {
+  return a->tr == b->tr && a->tc == b->tc && a->rm == b->rm && a->rn == b->rn && a->kt == b->kt && a->ds == b->ds;
+}
+
+/* Contiguous strides and zero offsets for the scratch buffers; the element counts of q (= o) and k (= v). */
+static void contiguous(fcl_problem *p, size_t *q_elems, size_t *k_elems) {
+  int64_t *qs[2] = {p->q_stride, p->o_stride}, *ks[2] = {p->k_stride, p->v_stride};
+  for (int i = 0; i < 2; ++i) {
+    qs[i][2] = p->d, qs[i][1] = p->nq * p->d, qs[i][0] = p->heads * p->nq * p->d;
+    ks[i][2] = p->d, ks[i][1] = p->nk * p->d, ks[i][0] = p->kv_heads * p->nk * p->d;
+  }
+  p->q_offset = p->k_offset = p->v_offset = p->o_offset = 0;
+  *q_elems = (size_t)(p->batch * p->heads * p->nq * p->d);
+  *k_elems = (size_t)(p->batch * p->kv_heads * p->nk * p->d);
+}
+
+fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                            fcl_tune_result *out) {
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
+  fcl_problem p;
+  fcl_status st;
+  if ((st = fcl_resolve_problem(desc, &p)) || (st = fcl_check_queue(ctx, queue))) return st;
+  cl_command_queue_properties props = 0;
+  FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));
+  if (!(props & CL_QUEUE_PROFILING_ENABLE))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "queue was created without CL_QUEUE_PROFILING_ENABLE; fcl_tune_forward times each shape with "
+                    "profiling events");
+  /* Scratch sizes, checked in floating point first (the product of the sizes may exceed 64 bits). */
+  const double q_bytes = (double)p.batch * (double)p.heads * (double)p.nq * (double)p.d * (double)p.elem_size;
+  const double k_bytes = (double)p.batch * (double)p.kv_heads * (double)p.nk * (double)p.d * (double)p.elem_size;
+  const fcl_device_caps *caps = &ctx->caps;
+  if (q_bytes > (double)caps->max_alloc_size || k_bytes > (double)caps->max_alloc_size)
+    return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES,
+                    "the tuning buffers for desc (q/o %.0f B, k/v %.0f B) exceed CL_DEVICE_MAX_MEM_ALLOC_SIZE (%llu B)",
+                    q_bytes, k_bytes, (unsigned long long)caps->max_alloc_size);
+  if (2 * (q_bytes + k_bytes) > (double)caps->global_mem_size)
+    return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES,
+                    "the tuning buffers for desc (%.0f B in all) exceed the device's global memory (%llu B)",
+                    2 * (q_bytes + k_bytes), (unsigned long long)caps->global_mem_size);
+  size_t q_elems, k_elems;
+  contiguous(&p, &q_elems, &k_elems);
+
+  fcl_device_caps rule_caps = *caps;
+  rule_caps.forward_shape[0] = 0; /* the default is the rule's, whatever FLASHCL_FORWARD_SHAPE says */
+  fcl_tile_plan def, best;
+  cl_kernel def_kernel;
+  if ((st = default_plan(ctx, &rule_caps, &p, &def, &def_kernel))) return st;
+
+  tune_buffers b = {{NULL, NULL, NULL, NULL}};
+  const size_t bytes[4] = {q_elems * p.elem_size, k_elems * p.elem_size, k_elems * p.elem_size, q_elems * p.elem_size};
+  for (int i = 0; i < 4 && !st; ++i) {
+    cl_int err;
+    b.m[i] = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes[i], NULL, &err);
+    if (err != CL_SUCCESS) {
+      b.m[i] = NULL;
+      st = fcl_cl_failure("clCreateBuffer", err);
+    } else if (i < 3) {
+      st = fill_random(queue, b.m[i], i == 0 ? q_elems : k_elems, p.dtype, (uint64_t)i + 1);
+    }
+  }
+  double default_ms = 0, best_ms = 0;
+  if (!st) st = time_plan(ctx, queue, &p, &def, def_kernel, &b, &default_ms);
+  if (st) {
+    release_buffers(&b);
+    return st;
+  }
+  best = def, best_ms = default_ms;
+  int timed = 1;
+  const int(*cands)[5] = caps->is_cpu ? cpu_candidates : gpu_candidates;
+  const size_t count = caps->is_cpu ? sizeof cpu_candidates / sizeof cpu_candidates[0]
+                                    : sizeof gpu_candidates / sizeof gpu_candidates[0];
+  for (size_t i = 0; i < count; ++i) {
+    const int *c = cands[i];
+    fcl_tile_plan t;
+    if (fcl_plan_forward_shape(caps, (int)p.d, 0, c[0], c[1], c[2], c[3], 1, c[4], &t) != 0 || same_shape(&t, &def))
+      continue;
+    cl_kernel kernel;
+    size_t wg = 0;
+    double ms = 0;
+    pthread_mutex_lock(&ctx->lock);
+    st = fcl_forward_portable_kernel(ctx, &t, p.dtype, &kernel, &wg);
+    pthread_mutex_unlock(&ctx->lock);
+    if (!st && wg >= (size_t)t.wg) st = time_plan(ctx, queue, &p, &t, kernel, &b, &ms);
+    else if (!st) st = FCL_ERROR_UNSUPPORTED;
+    if (st) { /* this candidate cannot run here: leave it out */
+      st = FCL_SUCCESS;
+      fcl_clear_error();
+      continue;
+    }
+    ++timed;
+    if (ms < best_ms) best = t, best_ms = ms;
+  }
+  release_buffers(&b);
+
+  memset(out, 0, sizeof *out);
+  shape_string(&best, out->shape, sizeof out->shape);
+  shape_string(&def, out->default_shape, sizeof out->default_shape);
+  out->best_ms = best_ms;
+  out->default_ms = default_ms;
+  out->candidates = timed;
+  out->recorded = !same_shape(&best, &def) && best_ms < default_ms * (1.0 - TUNE_MARGIN);
+  fcl_forward_shape shape;
+  shape_of_plan(&best, &shape);
+  return fcl_tune_record(ctx, (int)p.d, p.dtype, out->recorded ? &shape : NULL, best_ms, default_ms, &out->saved);
+}
