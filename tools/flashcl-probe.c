@@ -725,11 +725,59 @@ static void bench(test_env *env, int is_gpu, int *first_json) {
   if (o) clReleaseMemObject(o);
 }
 
+/* ---- tune ---- */
+
+/* fcl_tune_forward at a representative shape per head_dim 64 and 128 (f32): the winner, best vs default. */
+static void tune(test_env *env, int is_gpu, int *first_json) {
+  const int64_t b = is_gpu ? 4 : 1, h = is_gpu ? 16 : 4, n = is_gpu ? 4096 : 1024;
+  static const int64_t tune_dims[] = {64, 128};
+  if (json) printf("%s\n  \"tune\": [", *first_json ? "" : ",");
+  else
+    printf("\nTune (fcl_tune_forward, portable forward kernel; B=%lld H=%lld N=%lld f32, not causal; median of 5 "
+           "after a warm-up, device time):\n",
+           (long long)b, (long long)h, (long long)n);
+  for (size_t i = 0; i < sizeof tune_dims / sizeof tune_dims[0]; ++i) {
+    fcl_attention_desc d;
+    plan_desc(&d, b, h, n, tune_dims[i], FCL_DTYPE_F32);
+    fcl_tune_result r;
+    const double t0 = wall_s();
+    fcl_status st = fcl_tune_forward(env->fcl, env->queue, &d, &r);
+    const double took = wall_s() - t0;
+    if (json) {
+      printf("%s\n    {\"head_dim\": %lld, \"dtype\": \"f32\", \"batch\": %lld, \"heads\": %lld, \"seqlen\": %lld, ",
+             i ? "," : "", (long long)tune_dims[i], (long long)b, (long long)h, (long long)n);
+      if (st == FCL_SUCCESS) {
+        printf("\"candidates\": %d, \"shape\": ", r.candidates);
+        json_string(stdout, r.shape);
+        printf(", \"best_ms\": %.4g, \"default_shape\": ", r.best_ms);
+        json_string(stdout, r.default_shape);
+        printf(", \"default_ms\": %.4g, \"recorded\": %s, \"saved\": %s, \"seconds\": %.1f}", r.default_ms,
+               r.recorded ? "true" : "false", r.saved ? "true" : "false", took);
+      } else {
+        printf("\"status\": \"%s\", \"error\": ", fcl_status_string(st));
+        json_string(stdout, fcl_last_error());
+        printf("}");
+      }
+    } else if (st == FCL_SUCCESS) {
+      printf("  d=%-4lld %d shapes timed in %.1f s: best %s %.3f ms, default %s %.3f ms (%.2fx); %s\n",
+             (long long)tune_dims[i], r.candidates, took, r.shape, r.best_ms, r.default_shape, r.default_ms,
+             r.default_ms / r.best_ms,
+             r.recorded ? (r.saved ? "recorded, saved in the cache directory" : "recorded for this run (no disk cache)")
+                        : "the default stays");
+    } else {
+      printf("  d=%-4lld %s: %s\n", (long long)tune_dims[i], fcl_status_string(st), fcl_last_error());
+    }
+  }
+  if (json) printf("\n  ]");
+  *first_json = 0;
+}
+
 /* ---- main ---- */
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: flashcl-probe [--device N|SUBSTRING] [--json] [--list] [--plans] [--cache] [--selftest] [--bench]\n"
+          "                     [--tune]\n"
           "\n"
           "Shows what flashcl detects on this machine and what it would run.\n"
           "  --list        every platform and device with the facts the library uses\n"
@@ -738,6 +786,8 @@ static void usage(FILE *f) {
           "  --selftest    small problems of every implemented operation against a float64 host reference;\n"
           "                exit status 1 when any case fails\n"
           "  --bench       a quick timed forward (and the reference path) at one representative shape\n"
+          "  --tune        time the portable forward kernel's candidate shapes for head_dim 64 and 128 (f32) and\n"
+          "                record the winners in the cache directory (only when asked: takes a while)\n"
           "  --device X    the device by index (as listed) or name substring; default: the first GPU, else the\n"
           "                first device\n"
           "  --json        the same as one JSON object\n"
@@ -749,6 +799,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   const char *want = NULL;
   int do_list = 0, do_plans = 0, do_cache = 0, do_selftest = 0, do_bench = 0;
+  int do_tune = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
@@ -759,6 +810,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cache")) do_cache = 1;
     else if (!strcmp(argv[i], "--selftest")) do_selftest = 1;
     else if (!strcmp(argv[i], "--bench")) do_bench = 1;
+    else if (!strcmp(argv[i], "--tune")) do_tune = 1;
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) want = argv[++i];
     else if (!strncmp(argv[i], "--device=", 9)) want = argv[i] + 9;
     else {
@@ -767,7 +819,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!do_list && !do_plans && !do_cache && !do_selftest && !do_bench)
+  if (!do_list && !do_plans && !do_cache && !do_selftest && !do_bench && !do_tune)
     do_list = do_plans = do_cache = do_selftest = do_bench = 1;
   const double t_start = wall_s();
 
@@ -907,6 +959,7 @@ int main(int argc, char **argv) {
   }
   if (do_selftest) failures = selftest(&env, &first_json);
   if (do_bench) bench(&env, (refs[sel].type & CL_DEVICE_TYPE_GPU) != 0, &first_json);
+  if (do_tune) tune(&env, (refs[sel].type & CL_DEVICE_TYPE_GPU) != 0, &first_json);
   if (do_cache && (do_selftest || do_bench))
     show_cache(env.fcl, "cache_end", "Kernel cache at the end of the run", &first_json);
   const double total = wall_s() - t_start;
