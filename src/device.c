@@ -114,7 +114,8 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   fs[4] = -1;
   if (!shape || sscanf(shape, "%d,%d,%d,%d,%d", &fs[0], &fs[1], &fs[2], &fs[3], &fs[4]) < 4) fs[0] = 0;
 
-  /* A guess until a kernel reports CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE. */
+  /* Warp or wavefront width where the vendor reports it; else 32 for GPUs (NVIDIA, AMD RDNA in wave32),
+     16 for Intel GPUs, 8 for CPUs (one AVX-256 vector of floats). */
   caps->preferred_multiple = caps->is_cpu ? 8 : 32;
   if (nv_attrs) {
     cl_uint v = 0;

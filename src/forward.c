@@ -76,16 +76,20 @@ static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/flash_fw
 /* The tensor-core kernel for plan t, or a reason why it cannot run (why). The caller holds ctx->lock. */
 static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel *kernel,
                           char *why, size_t why_size) {
-  if (ctx->nvidia_mma_failed) {
-    snprintf(why, why_size, "the tensor-core kernel failed to build on this device earlier");
+  /* A variant that failed to compile is not tried again (bit d/8 - 1 per dtype; d is a multiple of 8). */
+  const uint32_t bit = 1u << ((t->head_dim / 8 - 1) & 31);
+  if (ctx->nvidia_mma_failed[p->dtype] & bit) {
+    snprintf(why, why_size, "the tensor-core kernel for this head_dim and dtype failed to build earlier");
     return -1;
   }
   char defines[256];
   snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb);
-  if (fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel) != FCL_SUCCESS) {
-    ctx->nvidia_mma_failed = 1;
-    snprintf(why, why_size, "the tensor-core kernel failed to build");
+  const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel);
+  if (st != FCL_SUCCESS) {
+    if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
+    snprintf(why, why_size, "the tensor-core kernel %s: %s", st == FCL_ERROR_BUILD ? "failed to build" : "is unavailable",
+             fcl_status_string(st));
     fcl_clear_error();
     return -1;
   }

@@ -148,7 +148,7 @@ struct fcl_context {
   unsigned flags;
   pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
   fcl_program_entry *programs;
-  int nvidia_mma_failed; /* forward.c: the tensor-core kernel failed to build; portable from then on */
+  uint32_t nvidia_mma_failed[3]; /* forward.c: per dtype, bit d/8-1: that tensor-core variant did not build */
   /* cache.c: where kernel requests were served from (guarded by lock) */
   uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
       cache_disk_write_failures;

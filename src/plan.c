@@ -86,12 +86,17 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
      shapes measured on an H200 (docs/notes-portable.md); 128 work-items per group. */
   const int tc_first = head_dim > 64 ? 16 : head_dim >= 16 ? 8 : 4;
   static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+  /* First pass: work-groups a multiple of the device's preferred multiple (whole warps or wavefronts);
+     second pass: anything that fits, so a small device still gets a plan. */
+  const size_t multiple = caps->preferred_multiple ? caps->preferred_multiple : 1;
+  for (int whole = 1; whole >= 0; --whole)
   for (int tc = tc_first; tc >= 1; tc /= 2)
     for (int tr = 128 / tc; tr >= 1; tr /= 2)
       for (int pad = 1; pad >= 0; --pad)
         for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
           fcl_tile_plan p;
-          if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, rm_rn[i][0], rm_rn[i][1], pad, -1, &p))
+          if ((whole && (size_t)(tr * tc) % multiple) ||
+              fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, rm_rn[i][0], rm_rn[i][1], pad, -1, &p))
             continue;
           /* Registers: the last resort (one work-item, one row) is allowed to exceed the budget. */
           if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;

@@ -63,7 +63,9 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   double rel = read_ok ? rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs) : INFINITY;
   if (lse && read_ok) rel_error(got_lse, ref_lse, nrows, &lse_max);
   const double tol = forward_tolerance(c->dtype);
-  const int ok = read_ok && rel <= tol && (!lse || lse_max <= FWD_TOL_LSE);
+  const int gaps_ok = tensor_gaps_untouched(env, &o);
+  if (!gaps_ok) printf("     o: an element outside the tensor (padding or offset) was written\n");
+  const int ok = read_ok && gaps_ok && rel <= tol && (!lse || lse_max <= FWD_TOL_LSE);
   if (lse)
     check(ok, "%s %s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e)", label, what, rel, tol,
           max_abs, lse_max, FWD_TOL_LSE);

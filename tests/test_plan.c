@@ -25,6 +25,7 @@ int main(void) {
       caps.max_work_group_size = wgs[wi];
       caps.max_work_item_size0 = wgs[wi];
       caps.preferred_multiple = 32;
+      int whole_warps = 1;
       int planned = 0, fits = 1, bad_d = 0;
       for (int d = 1; d <= FCL_MAX_HEAD_DIM; ++d)
         for (int t = 0; t < 3; ++t) {
@@ -38,6 +39,8 @@ int main(void) {
             continue;
           }
           ++planned;
+          /* With 256+ work-items allowed, every plan is made of whole warps. */
+          if (p.wg % 32 != 0 && !caps.is_cpu) whole_warps = 0;
           if (!consistent(&p, &caps)) {
             fits = 0;
             bad_d = d;
@@ -47,6 +50,8 @@ int main(void) {
             "%llu B local, %zu work-items: %d plans (GPU and CPU layouts), all fit and are consistent%s", (unsigned long long)locals[li],
             wgs[wi], planned, fits ? "" : " (first bad head_dim below)");
       if (!fits) printf("     head_dim %d\n", bad_d);
+      check(whole_warps, "%llu B local, %zu work-items: GPU work-groups are whole warps of 32",
+            (unsigned long long)locals[li], wgs[wi]);
     }
 
   /* The kernel's own work-group limit is honoured. */

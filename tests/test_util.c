@@ -314,6 +314,23 @@ int tensor_read(test_env *env, test_tensor *t) {
   return err == CL_SUCCESS ? 0 : -1;
 }
 
+int tensor_gaps_untouched(test_env *env, const test_tensor *t) {
+  const size_t es = dtype_size(t->dtype);
+  unsigned char *raw = malloc(t->elems * es);
+  char *logical = calloc(t->elems, 1);
+  int ok = raw && logical &&
+           clEnqueueReadBuffer(env->queue, t->buf, CL_TRUE, 0, t->elems * es, raw, 0, NULL, NULL) == CL_SUCCESS;
+  for (long long bi = 0; ok && bi < t->b; ++bi)
+    for (long long hi = 0; hi < t->h; ++hi)
+      for (long long ni = 0; ni < t->n; ++ni)
+        memset(logical + host_index(t, bi, hi, ni), 1, (size_t)t->d);
+  for (size_t i = 0; ok && i < t->elems; ++i)
+    if (!logical[i] && !isnan(decode_dtype(raw + i * es, t->dtype))) ok = 0;
+  free(raw);
+  free(logical);
+  return ok;
+}
+
 void tensor_release(test_tensor *t) {
   if (t->buf) clReleaseMemObject(t->buf);
   free(t->host);

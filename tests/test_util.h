@@ -56,6 +56,8 @@ int tensor_create(test_env *env, test_tensor *t, long long b, long long h, long 
 int tensor_poison(test_env *env, test_tensor *t);
 /* Reads the logical contents back into t->host. */
 int tensor_read(test_env *env, test_tensor *t);
+/* 1 when every element of the buffer outside the tensor (padding, the offset) still holds the NaN poison. */
+int tensor_gaps_untouched(test_env *env, const test_tensor *t);
 void tensor_release(test_tensor *t);
 /* Copies the tensor's strides and offset into a descriptor's fields. */
 void tensor_to_desc(const test_tensor *t, int64_t stride[3], int64_t *offset);
