@@ -28,3 +28,12 @@ inline ushort fcl_float_to_bf16(float x) {
 
 #define FCL_LOG2E 1.4426950408889634f
 #define FCL_LN2 0.6931471805599453f
+
+/* Cooperative load of `rows` rows (global rows row0..) of an [n][D] matrix with row stride `stride` into a
+   local [rows][DS] float tile, times mul, zero-filled beyond n rows and D columns. The kernel defines lid,
+   WG, D, DP and DS. */
+#define LOAD_TILE(dst, src, stride, row0, rows, n, mul)                                                 \
+  for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                                      \
+    const int r_ = i_ / DP, c_ = i_ % DP;                                                               \
+    (dst)[r_ * DS + c_] = ((row0) + r_ < (n) && c_ < D) ? LOAD(src, ((row0) + r_) * (stride) + c_) * (mul) : 0.0f; \
+  }

@@ -54,15 +54,6 @@ __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d
 #define DOT4(s, a, b) (s) = fma((a).w, (b).w, fma((a).z, (b).z, fma((a).y, (b).y, fma((a).x, (b).x, (s)))))
 #define LANE(v, cc) ((cc) == 0 ? (v).x : (cc) == 1 ? (v).y : (cc) == 2 ? (v).z : (v).w)
 
-/* Loads rows [r0, r0 + ROWS) of a [n][D] matrix with row stride sn into a [ROWS][DS] local tile,
-   zero-filling rows >= n and columns >= D. */
-#define LOAD_TILE(dst, src, r0, ROWS, n, sn)                                     \
-  for (int i_ = lid; i_ < (ROWS) * DP; i_ += WG) {                               \
-    const int r_ = i_ / DP, c_ = i_ % DP;                                        \
-    (dst)[r_ * DS + c_] =                                                        \
-        ((r0) + r_ < (n) && c_ < D) ? LOAD(src, ((r0) + r_) * (sn) + c_) : 0.0f; \
-  }
-
 #if BWD_KIND == 1
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -98,8 +89,8 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
 
   const long kbase = k_off + b * k_sb + hk * k_sh;
   const long vbase = v_off + b * v_sb + hk * v_sh;
-  LOAD_TILE(Ks, k + kbase, k0, BM, nk, k_sn);
-  LOAD_TILE(Vs, v + vbase, k0, BM, nk, v_sn);
+  LOAD_TILE(Ks, k + kbase, k_sn, k0, BM, nk, 1.0f);
+  LOAD_TILE(Vs, v + vbase, v_sn, k0, BM, nk, 1.0f);
 
   float dk[RM][DN], dv[RM][DN];
   for (int i = 0; i < RM; ++i)
@@ -117,8 +108,8 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
     const long lbase = ((long)b * num_heads + h) * nq;
     for (int q0 = q_begin; q0 < nq; q0 += BN) {
       barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with Qs, dOs, Pt, dSt */
-      LOAD_TILE(Qs, qh, q0, BN, nq, q_sn);
-      LOAD_TILE(dOs, doh, q0, BN, nq, o_sn);
+      LOAD_TILE(Qs, qh, q_sn, q0, BN, nq, 1.0f);
+      LOAD_TILE(dOs, doh, o_sn, q0, BN, nq, 1.0f);
       for (int r = lid; r < BN; r += WG) {
         const bool in = q0 + r < nq;
         Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;
@@ -234,8 +225,8 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   __global const store_t *kh = k + k_off + b * k_sb + hk * k_sh;
   __global const store_t *vh = v + v_off + b * v_sb + hk * v_sh;
   const long lbase = ((long)b * num_heads + h) * nq;
-  LOAD_TILE(Qs, q + qbase, q0, BM, nq, q_sn);
-  LOAD_TILE(dOs, d_o + o_off + b * o_sb + h * o_sh, q0, BM, nq, o_sn);
+  LOAD_TILE(Qs, q + qbase, q_sn, q0, BM, nq, 1.0f);
+  LOAD_TILE(dOs, d_o + o_off + b * o_sb + h * o_sh, o_sn, q0, BM, nq, 1.0f);
   for (int r = lid; r < BM; r += WG) {
     const bool in = q0 + r < nq;
     Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;
@@ -252,8 +243,8 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
 
   for (int k0 = 0; k0 < kv_end; k0 += BN) {
     barrier(CLK_LOCAL_MEM_FENCE); /* Qs, dOs, Ls, Ds are loaded; the previous step is done with Ks, dSs */
-    LOAD_TILE(Ks, kh, k0, BN, nk, k_sn);
-    LOAD_TILE(Vs, vh, k0, BN, nk, v_sn);
+    LOAD_TILE(Ks, kh, k_sn, k0, BN, nk, 1.0f);
+    LOAD_TILE(Vs, vh, v_sn, k0, BN, nk, 1.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float s[RM][RN], dp[RM][RN];

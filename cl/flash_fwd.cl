@@ -23,14 +23,6 @@
 #define KV_FLOATS (BC * DS)
 #endif
 
-/* Cooperative load of `rows` rows from global rows row0.. into a local [rows][DS] tile, zero-filled
-   beyond n rows and beyond D columns; optionally scaled. */
-#define LOAD_TILE(dst, src, stride, row0, rows, n, mul)                                          \
-  for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
-    const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
-    dst[r_ * DS + c_] = ((row0) + r_ < (n) && c_ < D) ? LOAD(src, ((row0) + r_) * (stride) + c_) * (mul) : 0.0f; \
-  }
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                __global store_t *o, __global float *lse,
