@@ -73,6 +73,8 @@ typedef struct fcl_tile_plan {
   char reason[192];
 } fcl_tile_plan;
 
+/* The largest work-group a plan may use: the device's limits and the kernel's own (0: none). */
+size_t fcl_work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg);
 /* Local memory the portable forward kernel uses for plan p. */
 size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
 /* Picks the portable forward plan for (caps, head_dim, dtype). kernel_max_wg bounds the work-group

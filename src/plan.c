@@ -17,7 +17,7 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p) {
 /* Per work-item register budget in floats for the O accumulator plus the S block. */
 #define FCL_REGISTER_BUDGET 96
 
-static size_t work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg) {
+size_t fcl_work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg) {
   size_t max_wg = caps->max_work_group_size;
   if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
   if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
@@ -45,7 +45,7 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   out->ds = out->dp + (pad && out->dp % 8 == 0 ? 4 : 0);
   out->kt = kt >= 0 ? kt != 0 : caps->is_cpu; /* KT in flash_fwd.cl: by device type unless given */
   out->local_bytes = fcl_forward_local_bytes(out);
-  if (out->bc % 4 != 0 || (size_t)out->wg > work_group_limit(caps, kernel_max_wg) ||
+  if (out->bc % 4 != 0 || (size_t)out->wg > fcl_work_group_limit(caps, kernel_max_wg) ||
       out->local_bytes > caps->local_mem_size)
     return -1;
   return 0;
@@ -61,7 +61,7 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
     snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
     return -1;
   }
-  const size_t max_wg = work_group_limit(caps, kernel_max_wg);
+  const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
   const int *fs = caps->forward_shape;
   if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, fs[4], out) == 0) {
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");

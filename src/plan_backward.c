@@ -43,9 +43,7 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
     snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
     return -1;
   }
-  size_t max_wg = caps->max_work_group_size;
-  if (caps->max_work_item_size0 && caps->max_work_item_size0 < max_wg) max_wg = caps->max_work_item_size0;
-  if (kernel_max_wg && kernel_max_wg < max_wg) max_wg = kernel_max_wg;
+  const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
   const size_t local_limit = (size_t)caps->local_mem_size;
   const int accumulators = which == FCL_BWD_DKDV ? 2 : 1; /* dK and dV, or dQ */
 

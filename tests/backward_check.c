@@ -153,24 +153,6 @@ double finite_difference_error(const fcl_attention_desc *desc) {
   return worst;
 }
 
-int tensor_upload(test_env *env, test_tensor *t) {
-  const size_t es = dtype_size(t->dtype);
-  unsigned char *raw = malloc(t->elems * es);
-  if (!raw) return -1;
-  const float nan = NAN;
-  for (size_t i = 0; i < t->elems; ++i) encode_dtype(nan, t->dtype, raw + i * es);
-  size_t li = 0;
-  for (long long bi = 0; bi < t->b; ++bi)
-    for (long long hi = 0; hi < t->h; ++hi)
-      for (long long ni = 0; ni < t->n; ++ni) {
-        const size_t base = (size_t)(t->offset + bi * t->stride[0] + hi * t->stride[1] + ni * t->stride[2]);
-        for (long long di = 0; di < t->d; ++di, ++li) encode_dtype(t->host[li], t->dtype, raw + (base + (size_t)di) * es);
-      }
-  cl_int err = clEnqueueWriteBuffer(env->queue, t->buf, CL_TRUE, 0, t->elems * es, raw, 0, NULL, NULL);
-  free(raw);
-  return err == CL_SUCCESS ? 0 : -1;
-}
-
 static void describe(const bwd_case *c, char *out, size_t size) {
   fwd_case f = {c->b, c->h, c->hkv, c->nq, c->nk, c->d, c->dtype, c->causal, c->layout, c->scale, 1};
   describe_case(&f, out, size);

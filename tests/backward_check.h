@@ -40,7 +40,4 @@ double finite_difference_error(const fcl_attention_desc *desc);
 int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, int determinism,
                       const char *label);
 
-/* Writes t->host (logical contents) into the buffer, NaN everywhere else. */
-int tensor_upload(test_env *env, test_tensor *t);
-
 #endif

@@ -299,6 +299,8 @@ int tensor_create(test_env *env, test_tensor *t, long long b, long long h, long 
 
 int tensor_poison(test_env *env, test_tensor *t) { return upload(env, t, 1); }
 
+int tensor_upload(test_env *env, test_tensor *t) { return upload(env, t, 0); }
+
 int tensor_read(test_env *env, test_tensor *t) {
   const size_t es = dtype_size(t->dtype);
   unsigned char *raw = malloc(t->elems * es);

@@ -52,6 +52,8 @@ typedef struct test_tensor {
 /* Creates the tensor; random contents when fill_random, else the buffer is poisoned with NaN. */
 int tensor_create(test_env *env, test_tensor *t, long long b, long long h, long long n, long long d, int layout,
                   fcl_dtype dtype, int fill_random);
+/* Writes t->host into the buffer, NaN everywhere outside the tensor. */
+int tensor_upload(test_env *env, test_tensor *t);
 /* Writes NaN over every element of the buffer (not only the logical ones). */
 int tensor_poison(test_env *env, test_tensor *t);
 /* Reads the logical contents back into t->host. */
