@@ -43,8 +43,8 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int lid = get_local_id(0);
   const int tc = lid % TC;
   const int tr = lid / TC;
-  /* Last query block first: under a causal mask it has the most keys, so the long blocks start early
-     and the short ones fill in at the end. */
+  /* Last query block first (harmless without a mask): under a causal mask it has the most keys, so the
+     long blocks start early and the short ones fill in at the end. */
   const int q0 = (get_num_groups(0) - 1 - get_group_id(0)) * BR;
   const int h = get_group_id(1);
   const int b = get_group_id(2);

@@ -65,8 +65,15 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
     free(ctx);
     return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
   }
-  clRetainContext(context);
-  clRetainDevice(device);
+  cl_int err = clRetainContext(context);
+  if (err == CL_SUCCESS && (err = clRetainDevice(device)) != CL_SUCCESS) clReleaseContext(context);
+  if (err != CL_SUCCESS) {
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx->build_options);
+    free(ctx->cache_dir);
+    free(ctx);
+    return fcl_cl_failure("clRetainContext/clRetainDevice", err);
+  }
   ctx->context = context;
   ctx->device = device;
   *out = ctx;

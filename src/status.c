@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char last_error[8192];
+/* Large enough for a typical build log (FCL_ERROR_BUILD returns it); longer ones are cut. */
+static _Thread_local char last_error[32768];
 
 const char *fcl_version(void) { return FLASHCL_VERSION_STRING; }
 
