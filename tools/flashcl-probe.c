@@ -767,6 +767,12 @@ static void tune(test_env *env, int is_gpu, int *first_json) {
     } else {
       printf("  d=%-4lld %s: %s\n", (long long)tune_dims[i], fcl_status_string(st), fcl_last_error());
     }
+    fcl_plan_info info;
+    if (!json && st == FCL_SUCCESS && fcl_describe_plan(env->fcl, FCL_OP_FORWARD, &d, &info) == FCL_SUCCESS &&
+        strcmp(info.kernel, "portable") != 0)
+      printf("         (the forward runs the %s kernel here; the tuned shape serves the portable one, e.g. with "
+             "FLASHCL_PORTABLE_ONLY=1)\n",
+             info.kernel);
   }
   if (json) printf("\n  ]");
   *first_json = 0;
