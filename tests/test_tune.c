@@ -248,6 +248,15 @@ static void recorded_shapes(test_env *env) {
     run_cases(env, c, "tuned shape");
     fcl_context_release(c);
   }
+  /* Another device identity (here: another driver version) does not see the record. */
+  c = new_context(env, dir);
+  if (c) {
+    c->caps.driver_version[0] ^= 0x20; /* a different string of the same length */
+    info = plan_of(c, HD, FCL_DTYPE_F32);
+    check(!tuned(&info) && info.block_q == def.br && info.block_k == def.bc,
+          "a context on another driver version plans the default: %s", info.reason);
+    fcl_context_release(c);
+  }
 
   /* FLASHCL_FORWARD_SHAPE wins over the record. */
   char env_shape[64];
