@@ -153,8 +153,12 @@ double finite_difference_error(const fcl_attention_desc *desc) {
   return worst;
 }
 
+static fwd_case as_forward_case(const bwd_case *c) {
+  return (fwd_case){c->b, c->h, c->hkv, c->nq, c->nk, c->d, c->dtype, c->causal, c->layout, c->scale, 1};
+}
+
 static void describe(const bwd_case *c, char *out, size_t size) {
-  fwd_case f = {c->b, c->h, c->hkv, c->nq, c->nk, c->d, c->dtype, c->causal, c->layout, c->scale, 1};
+  const fwd_case f = as_forward_case(c);
   describe_case(&f, out, size);
   if (c->from_forward) strncat(out, " o,lse from forward", size - strlen(out) - 1);
 }
@@ -193,14 +197,8 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
     goto out;
   }
   fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
-  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d;
-  desc.dtype = c->dtype, desc.scale = c->scale, desc.causal = c->causal;
-  tensor_to_desc(&q, desc.q_stride, &desc.q_offset);
-  tensor_to_desc(&k, desc.k_stride, &desc.k_offset);
-  tensor_to_desc(&v, desc.v_stride, &desc.v_offset);
-  tensor_to_desc(&o, desc.o_stride, &desc.o_offset);
+  const fwd_case fc = as_forward_case(c);
+  case_desc(&fc, &q, &k, &v, &o, &desc);
 
   /* float64 reference from the dtype-rounded inputs. */
   rq = to_double(q.host, nq_elems), rk = to_double(k.host, nk_elems), rv = to_double(v.host, nk_elems);

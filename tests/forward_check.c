@@ -15,6 +15,18 @@ void describe_case(const fwd_case *c, char *out, size_t size) {
            c->scale != 0.0f ? " scale" : "");
 }
 
+void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
+               const test_tensor *o, fcl_attention_desc *desc) {
+  memset(desc, 0, sizeof *desc);
+  desc->batch = c->b, desc->num_heads = c->h, desc->num_kv_heads = c->hkv;
+  desc->seqlen_q = c->nq, desc->seqlen_k = c->nk, desc->head_dim = c->d;
+  desc->dtype = c->dtype, desc->scale = c->scale, desc->causal = c->causal;
+  tensor_to_desc(q, desc->q_stride, &desc->q_offset);
+  tensor_to_desc(k, desc->k_stride, &desc->k_offset);
+  tensor_to_desc(v, desc->v_stride, &desc->v_offset);
+  tensor_to_desc(o, desc->o_stride, &desc->o_offset);
+}
+
 int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, fwd_fn fn, const char *label) {
   char what[200];
   describe_case(c, what, sizeof what);
@@ -32,14 +44,7 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
     goto out;
   }
   fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
-  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d;
-  desc.dtype = c->dtype, desc.scale = c->scale, desc.causal = c->causal;
-  tensor_to_desc(&q, desc.q_stride, &desc.q_offset);
-  tensor_to_desc(&k, desc.k_stride, &desc.k_offset);
-  tensor_to_desc(&v, desc.v_stride, &desc.v_offset);
-  tensor_to_desc(&o, desc.o_stride, &desc.o_offset);
+  case_desc(c, &q, &k, &v, &o, &desc);
 
   cl_event ev = NULL;
   fcl_status st = fn(env->fcl, queue, &desc, q.buf, k.buf, v.buf, o.buf, lse, 0, NULL, &ev);

@@ -24,6 +24,10 @@ typedef struct fwd_case {
 double forward_tolerance(fcl_dtype t);
 void describe_case(const fwd_case *c, char *out, size_t size);
 
+/* The descriptor of case c over the tensors' layouts. */
+void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
+               const test_tensor *o, fcl_attention_desc *desc);
+
 /* Runs the case through fn (fcl_attention_forward or fcl_attention_reference) and reports one check
    line. Returns 0 pass, 1 fail, 2 skipped because the device does not support it. */
 typedef fcl_status (*fwd_fn)(fcl_context *, cl_command_queue, const fcl_attention_desc *, cl_mem, cl_mem, cl_mem,
