@@ -10,18 +10,21 @@
  *   S             C * seqlen_q * seqlen_k           always
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K, V copies   C * seqlen_k * head_dim each      when that tensor is not "plain"
- * A tensor is plain when it is float32, its rows are at least head_dim apart, and its (batch, head)
- * blocks are equally spaced in the order the GEMM batches walk them (so CLBlast can address it
- * directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V heads and other layouts are
- * converted into contiguous float32 copies by fcl_gather_rows (O back by fcl_scatter_rows), so every
- * dtype is computed in float32. CLBlast's half-precision GEMM is not used: it accumulates in half, which
- * would make the reference less accurate than the kernel it checks.
+ * A tensor is plain when it is float32, its rows are at least head_dim apart, all of it lies below element
+ * 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the order the GEMM batches walk
+ * them (so CLBlast can address it directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V
+ * heads and other layouts are converted into contiguous float32 copies by fcl_gather_rows (O back by
+ * fcl_scatter_rows), so every dtype is computed in float32. CLBlast's half-precision GEMM is not used: it
+ * accumulates in half, which would make the reference less accurate than the kernel it checks.
+ *
  * C is all batch * num_heads pairs when that fits, else the largest count whose every buffer stays within
- * CL_DEVICE_MAX_MEM_ALLOC_SIZE and whose total stays within half of CL_DEVICE_GLOBAL_MEM_SIZE; the
- * chunks then run one after another on the same scratch. When one pair's score matrix alone exceeds the
- * allocation limit the call returns FCL_ERROR_OUT_OF_RESOURCES before enqueuing anything.
- * fcl_reference_scratch_bytes() reports the total. $FLASHCL_REFERENCE_CHUNK (testing) caps the pairs per chunk. CLBlast may allocate temporary buffers of its own
- * inside a GEMM (padded copies of its operands); those are not counted.
+ * CL_DEVICE_MAX_MEM_ALLOC_SIZE, whose total stays within half of CL_DEVICE_GLOBAL_MEM_SIZE and whose every
+ * GEMM operand stays below 2^31 elements (CLBlast's kernels index with 32-bit ints); the chunks then run
+ * one after another on the same scratch. When one pair's score matrix alone exceeds the allocation limit
+ * or 2^31 elements, the call returns FCL_ERROR_OUT_OF_RESOURCES before enqueuing anything.
+ * fcl_reference_scratch_bytes() reports the total. CLBlast may allocate temporary buffers of its own
+ * inside a GEMM (padded copies of its operands); those are not counted. $FLASHCL_REFERENCE_CHUNK
+ * (testing) caps the pairs per chunk.
  *
  * The scratch is released with clReleaseMemObject right after the last command that uses it is enqueued:
  * OpenCL defers the deletion until the commands queued on it have finished, so the call never waits on
@@ -42,6 +45,12 @@
 
 enum { REF_Q, REF_K, REF_V, REF_O };
 
+/* CLBlast's GEMM kernels compute element offsets, including batch * rows * cols of (padded) operands,
+   in 32-bit ints: every operand a GEMM call touches is kept below 2^31 elements, counting each matrix
+   dimension padded up to a multiple of 256 (more than any CLBlast tile). */
+#define REF_INDEX_LIMIT 2147483647ull
+static uint64_t ref_pad(int64_t n) { return ((uint64_t)n + 255) / 256 * 256; }
+
 /* How one call runs: chunking and which tensors go through float32 copies. */
 typedef struct ref_plan {
   int64_t pairs;  /* batch * heads */
@@ -55,8 +64,15 @@ typedef struct ref_plan {
 static int plain_step(const fcl_problem *p, int t, int64_t *step) {
   const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : t == REF_V ? p->v_stride : p->o_stride;
   const int64_t group = (t == REF_K || t == REF_V) ? p->group : 1;
+  const int64_t rows = (t == REF_Q || t == REF_O) ? p->nq : p->nk;
   if (p->dtype != FCL_DTYPE_F32) return 0;
-  if (s[2] < p->d && ((t == REF_Q || t == REF_O) ? p->nq : p->nk) > 1) return 0;
+  if (s[2] < p->d && rows > 1) return 0;
+  /* CLBlast's kernels index with 32-bit ints: every element used in place must be below 2^31. */
+  const int64_t off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : t == REF_V ? p->v_offset : p->o_offset;
+  const uint64_t last = (uint64_t)off + (uint64_t)(p->batch - 1) * (uint64_t)s[0] +
+                        (uint64_t)(p->heads / group - 1) * (uint64_t)s[1] + (uint64_t)(rows - 1) * (uint64_t)s[2] +
+                        (uint64_t)p->d;
+  if (last > (uint64_t)REF_INDEX_LIMIT) return 0;
   /* Pair i = b * heads + h reads block b * s[0] + (h / group) * s[1]. */
   int64_t delta;
   if (p->heads > 1) {
@@ -87,9 +103,20 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
                     "one buffer may hold on %s (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
                     (long long)p->nq, (long long)p->nk, (unsigned long long)per_s, (unsigned long long)max_alloc,
                     ctx->caps.device_name);
+  const uint64_t idx_s = ref_pad(p->nq) * ref_pad(p->nk);
+  if (idx_s > REF_INDEX_LIMIT)
+    return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES,
+                    "reference path: one head's %lld x %lld score matrix has more elements than CLBlast's 32-bit "
+                    "indices reach (2^31 - 1, counting its padding)",
+                    (long long)p->nq, (long long)p->nk);
   uint64_t per_pair = per_s;
   int64_t chunk = rp->pairs;
   if ((uint64_t)chunk > max_alloc / per_s) chunk = (int64_t)(max_alloc / per_s);
+  if ((uint64_t)chunk > REF_INDEX_LIMIT / idx_s) chunk = (int64_t)(REF_INDEX_LIMIT / idx_s);
+  for (int t = 0; t < 4; ++t) {
+    const uint64_t idx = ref_pad((t == REF_Q || t == REF_O) ? p->nq : p->nk) * ref_pad(p->d);
+    if ((uint64_t)chunk > REF_INDEX_LIMIT / idx) chunk = (int64_t)(REF_INDEX_LIMIT / idx);
+  }
   for (int t = 0; t < 4; ++t) {
     if (rp->plain[t]) continue;
     if (per_copy[t] > max_alloc)
