@@ -41,7 +41,6 @@
 
 #ifdef FLASHCL_HAVE_CLBLAST
 #include <clblast_c.h>
-#endif
 
 enum { REF_Q, REF_K, REF_V, REF_O };
 
@@ -141,19 +140,11 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
 }
 
 size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc) {
-#ifdef FLASHCL_HAVE_CLBLAST
   fcl_problem p;
   ref_plan rp;
   if (!ctx || fcl_resolve_problem(desc, &p) || make_plan(ctx, &p, &rp)) return 0;
   return rp.total_bytes;
-#else
-  (void)ctx;
-  (void)desc;
-  return 0;
-#endif
 }
-
-#ifdef FLASHCL_HAVE_CLBLAST
 
 static const char *const ref_files[] = {"common.cl", "softmax.cl"};
 
@@ -367,6 +358,14 @@ static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
                     fcl_cl_error_name(err), (int)err);
   }
   return FCL_SUCCESS;
+}
+
+#else /* no CLBlast */
+
+size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc) {
+  (void)ctx;
+  (void)desc;
+  return 0;
 }
 
 #endif /* FLASHCL_HAVE_CLBLAST */
