@@ -40,6 +40,7 @@ typedef struct options {
   int impl[IMPL_COUNT];
   int iters, warmup;
   int json;
+  double max_diff; /* > 0: exit status 1 when max |O_flash - O_reference| exceeds it */
 } options;
 
 typedef struct bench {
@@ -79,6 +80,7 @@ static void usage(FILE *f) {
           "  --iters N           timed runs, at least 10 (default 20)\n"
           "  --warmup N          untimed runs first (default 3)\n"
           "  --json              one JSON object per line instead of the table\n"
+          "  --max-diff TOL      exit status 1 when max |O_flash - O_reference| of a row exceeds TOL\n"
           "Progress goes to stderr.\n");
 }
 
@@ -147,6 +149,15 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--causal")) o->causal = 1;
     else if (!strcmp(a, "--sweep")) o->sweep = 1;
     else if (!strcmp(a, "--json")) o->json = 1;
+    else if (!strcmp(a, "--max-diff")) {
+      NEED_VALUE();
+      char *end;
+      o->max_diff = strtod(val, &end);
+      if (end == val || *end || !(o->max_diff > 0)) {
+        fprintf(stderr, "flashcl-bench: --max-diff %s: expected a positive number\n", val);
+        return -1;
+      }
+    }
     else if (!strcmp(a, "--seqlen")) {
       NEED_VALUE();
       char *copy = strdup(val);
@@ -660,6 +671,11 @@ int main(int argc, char **argv) {
         r.max_diff = max_abs_diff(&b, t.o, t.o_ref, (size_t)(o->batch * o->heads) * (size_t)n * (size_t)o->head_dim,
                                   o->dtype);
       print_result(&b, impl, n, &r);
+      if (o->max_diff > 0 && impl == IMPL_REFERENCE && r.ok && flash_ok && !(r.max_diff <= o->max_diff)) {
+        fprintf(stderr, "flashcl-bench: N=%lld: max |O_flash - O_reference| = %g exceeds --max-diff %g\n", n,
+                r.max_diff, o->max_diff);
+        ++failures;
+      }
       if (!r.ok) {
         if (impl != IMPL_BACKWARD && strcmp(r.status, "unsupported") && strcmp(r.status, "out of memory"))
           ++failures;
