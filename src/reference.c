@@ -167,6 +167,25 @@ static fcl_status softmax_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg
   return FCL_SUCCESS;
 }
 
+/* CLBlast 1.5 (Debian 12's) fills its kernel and database caches without enough locking: concurrent first
+   calls from several threads race inside clblast::Database (seen with ThreadSanitizer; fixed upstream in
+   CLBlast's pull request 495). Its calls are cheap to enqueue once the caches are warm, so every call into
+   CLBlast from this library goes through one process-wide lock. */
+static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CLBlastStatusCode sgemm_strided_batched(CLBlastTranspose ta, CLBlastTranspose tb, size_t m, size_t n, size_t k,
+                                               cl_mem a, size_t a_off, size_t a_ld, size_t a_stride, cl_mem b,
+                                               size_t b_off, size_t b_ld, size_t b_stride, cl_mem c, size_t c_off,
+                                               size_t c_ld, size_t c_stride, size_t count, cl_command_queue *queue,
+                                               cl_event *event) {
+  pthread_mutex_lock(&clblast_lock);
+  CLBlastStatusCode cs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, a_off, a_ld,
+                                                    a_stride, b, b_off, b_ld, b_stride, 0.0f, c, c_off, c_ld, c_stride,
+                                                    count, queue, event);
+  pthread_mutex_unlock(&clblast_lock);
+  return cs;
+}
+
 static fcl_status clblast_failure(const char *what, CLBlastStatusCode code) {
   return fcl_fail(FCL_ERROR_CLBLAST, "reference path: CLBlast %s failed with status %d", what, (int)code);
 }
@@ -325,17 +344,16 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
   }
   const size_t nq = (size_t)p->nq, nk = (size_t)p->nk, d = (size_t)p->d;
   cl_event ev = NULL;
-  CLBlastStatusCode cs = CLBlastSgemmStridedBatched(
-      CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, nq, nk, d, 1.0f, buf[REF_Q], off[REF_Q], ld[REF_Q],
-      stride[REF_Q], buf[REF_K], off[REF_K], ld[REF_K], stride[REF_K], 0.0f, r->scratch_s, 0, nk, nq * nk, (size_t)count,
-      &r->queue, &ev);
+  CLBlastStatusCode cs = sgemm_strided_batched(CLBlastTransposeNo, CLBlastTransposeYes, nq, nk, d, buf[REF_Q], off[REF_Q],
+                                               ld[REF_Q], stride[REF_Q], buf[REF_K], off[REF_K], ld[REF_K], stride[REF_K],
+                                               r->scratch_s, 0, nk, nq * nk, (size_t)count, &r->queue, &ev);
   if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (S = Q K^T)", cs);
   set_last(r, ev);
   if ((st = step_barrier(r)) || (st = enqueue_softmax(r, lse, first, count)) || (st = step_barrier(r))) return st;
   ev = NULL;
-  cs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, nq, d, nk, 1.0f,
-                                  r->scratch_s, 0, nk, nq * nk, buf[REF_V], off[REF_V], ld[REF_V], stride[REF_V], 0.0f,
-                                  buf[REF_O], off[REF_O], ld[REF_O], stride[REF_O], (size_t)count, &r->queue, &ev);
+  cs = sgemm_strided_batched(CLBlastTransposeNo, CLBlastTransposeNo, nq, d, nk, r->scratch_s, 0, nk, nq * nk, buf[REF_V],
+                             off[REF_V], ld[REF_V], stride[REF_V], buf[REF_O], off[REF_O], ld[REF_O], stride[REF_O],
+                             (size_t)count, &r->queue, &ev);
   if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (O = P V)", cs);
   set_last(r, ev);
   if (!rp->plain[REF_O]) {
