@@ -215,6 +215,35 @@ static fcl_status step_barrier(ref_run *r) {
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
+/* One kernel argument: its size and a pointer to its value. */
+typedef struct kernel_arg {
+  size_t size;
+  const void *value;
+} kernel_arg;
+#define ARG(x) ((kernel_arg){sizeof(x), &(x)})
+
+/* Sets the arguments of a shared kernel and enqueues it, under the context lock; every call checked. */
+static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel_arg *args, cl_uint nargs,
+                         size_t global, const size_t *local) {
+  cl_event ev = NULL;
+  cl_int err = CL_SUCCESS;
+  const char *call = "clSetKernelArg";
+  pthread_mutex_lock(&r->ctx->lock);
+  for (cl_uint a = 0; a < nargs && err == CL_SUCCESS; ++a) err = clSetKernelArg(k, a, args[a].size, args[a].value);
+  if (err == CL_SUCCESS) {
+    call = "clEnqueueNDRangeKernel";
+    err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, local, 0, NULL, &ev);
+  }
+  pthread_mutex_unlock(&r->ctx->lock);
+  if (err != CL_SUCCESS) {
+    char what[96];
+    snprintf(what, sizeof what, "%s(%s)", call, name);
+    return fcl_cl_failure(what, err);
+  }
+  set_last(r, ev);
+  return FCL_SUCCESS;
+}
+
 static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, int64_t count) {
   const fcl_problem *p = r->p;
   const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : p->v_stride;
@@ -223,31 +252,10 @@ static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, i
   const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group;
   const cl_int rows = (cl_int)(t == REF_Q ? p->nq : p->nk), d = (cl_int)p->d;
   const cl_long total = (cl_long)count * rows * d;
-  const size_t global = round_up((size_t)total, 64);
-  cl_kernel k = r->gather;
-  cl_event ev = NULL;
-  fcl_status st = FCL_SUCCESS;
-  pthread_mutex_lock(&r->ctx->lock);
-  cl_int err = CL_SUCCESS;
-  cl_uint a = 0;
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &src);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &off);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sb);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sh);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sn);
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->copy[t]);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &first_l);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &heads);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &group);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &rows);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &d);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &total);
-  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_gather_rows)", CL_INVALID_ARG_VALUE);
-  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev)) != CL_SUCCESS)
-    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_gather_rows)", err);
-  pthread_mutex_unlock(&r->ctx->lock);
-  if (!st) set_last(r, ev);
-  return st;
+  const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh),   ARG(sn), ARG(r->copy[t]),
+                             ARG(first_l), ARG(heads), ARG(group), ARG(rows), ARG(d),  ARG(total)};
+  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], round_up((size_t)total, 64),
+                NULL);
 }
 
 static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t count) {
@@ -255,30 +263,10 @@ static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t
   const cl_long off = p->o_offset, sb = p->o_stride[0], sh = p->o_stride[1], sn = p->o_stride[2], first_l = first;
   const cl_int heads = (cl_int)p->heads, rows = (cl_int)p->nq, d = (cl_int)p->d;
   const cl_long total = (cl_long)count * rows * d;
-  const size_t global = round_up((size_t)total, 64);
-  cl_kernel k = r->scatter;
-  cl_event ev = NULL;
-  fcl_status st = FCL_SUCCESS;
-  pthread_mutex_lock(&r->ctx->lock);
-  cl_int err = CL_SUCCESS;
-  cl_uint a = 0;
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->copy[REF_O]);
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &dst);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &off);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sb);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sh);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &sn);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &first_l);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &heads);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &rows);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &d);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &total);
-  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_scatter_rows)", CL_INVALID_ARG_VALUE);
-  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev)) != CL_SUCCESS)
-    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_scatter_rows)", err);
-  pthread_mutex_unlock(&r->ctx->lock);
-  if (!st) set_last(r, ev);
-  return st;
+  const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off),  ARG(sb), ARG(sh),   ARG(sn),
+                             ARG(first_l),        ARG(heads), ARG(rows), ARG(d),  ARG(total)};
+  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], round_up((size_t)total, 64),
+                NULL);
 }
 
 static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t count) {
@@ -287,26 +275,9 @@ static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t
   const cl_int nq = (cl_int)p->nq, nk = (cl_int)p->nk, causal = p->causal, write_lse = lse != NULL;
   const size_t local = r->softmax_wg, global = (size_t)count * (size_t)p->nq * local;
   cl_mem lse_arg = lse ? lse : r->scratch_s; /* never written when write_lse is 0 */
-  cl_kernel k = r->softmax;
-  cl_event ev = NULL;
-  fcl_status st = FCL_SUCCESS;
-  pthread_mutex_lock(&r->ctx->lock);
-  cl_int err = CL_SUCCESS;
-  cl_uint a = 0;
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &r->scratch_s);
-  err |= clSetKernelArg(k, a++, sizeof(cl_mem), &lse_arg);
-  err |= clSetKernelArg(k, a++, sizeof(cl_long), &lse_first);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &nq);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &nk);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &causal);
-  err |= clSetKernelArg(k, a++, sizeof(cl_float), &p->scale);
-  err |= clSetKernelArg(k, a++, sizeof(cl_int), &write_lse);
-  if (err != CL_SUCCESS) st = fcl_cl_failure("clSetKernelArg(fcl_softmax_rows)", CL_INVALID_ARG_VALUE);
-  else if ((err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, &local, 0, NULL, &ev)) != CL_SUCCESS)
-    st = fcl_cl_failure("clEnqueueNDRangeKernel(fcl_softmax_rows)", err);
-  pthread_mutex_unlock(&r->ctx->lock);
-  if (!st) set_last(r, ev);
-  return st;
+  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg), ARG(lse_first), ARG(nq),
+                             ARG(nk),           ARG(causal),  ARG(p->scale),  ARG(write_lse)};
+  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], global, &local);
 }
 
 /* One chunk of pairs [first, first + count): copies in, S = Q K^T, softmax, O = P V, copy out. */
