@@ -81,6 +81,9 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backward", action="store_true", help="time the backward pass")
     p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
+    p.add_argument("--skip", type=lambda t: [x for x in t.split(",") if x], default=[],
+                   help="PyTorch variants not to time (comma separated, from %s); shown as 'skipped'"
+                   % ",".join(TORCH_VARIANTS))
     p.add_argument("--json", default=None, help="also write every row as JSON lines to this file")
     p.add_argument("--dry-run", action="store_true", help="print the flashcl-bench commands and shapes; no torch")
     p.add_argument("--self-test", action="store_true", help="test argument parsing and the table; no torch")
@@ -89,6 +92,9 @@ def parse_args(argv):
         p.error("--iters must be at least 10")
     if a.kv_heads and a.heads % a.kv_heads:
         p.error("--kv-heads must divide --heads")
+    for v in a.skip:
+        if v not in TORCH_VARIANTS:
+            p.error("--skip: unknown variant %r" % v)
     return a
 
 
@@ -279,6 +285,9 @@ def run(a):
                         ref = fcl.get(("reference", n))
                         row["reference"] = ref["median_ms"] if ref and ref["status"] == "ok" else (ref["status"] if ref else "-")
                     for variant in TORCH_VARIANTS:
+                        if variant in a.skip:
+                            row[variant] = "skipped"
+                            continue
                         print("  torch %s %s d=%d causal=%d N=%d" % (variant, dtype, d, causal, n), file=sys.stderr, flush=True)
                         row[variant] = measure(variant, dtype, n, d, causal)
                     rows.append(row)
