@@ -6,16 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
-#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
-#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
-#endif
-#ifndef CL_DEVICE_WARP_SIZE_NV
-#define CL_DEVICE_WARP_SIZE_NV 0x4003
-#endif
-#ifndef CL_DEVICE_WAVEFRONT_WIDTH_AMD
-#define CL_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
-#endif
+#include "cl_vendor.h"
 
 static int contains_ci(const char *haystack, const char *needle) {
   size_t n = strlen(needle);
