@@ -52,15 +52,13 @@ fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *pl
   return FCL_SUCCESS;
 }
 
-/* The portable kernel for (d, dtype): plan (the shape fcl_tune_forward recorded for this device, else the
-   rule), build, and re-plan once if the compiled kernel admits fewer work-items than planned. The caller
-   holds ctx->lock. */
-static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl_tile_plan *plan, cl_kernel *kernel) {
+fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, int tuned,
+                                fcl_tile_plan *plan, cl_kernel *kernel) {
   size_t kernel_limit = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    if (fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0 &&
-        fcl_plan_forward(&ctx->caps, d, dtype, kernel_limit, plan) != 0)
-      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", ctx->caps.device_name, plan->reason);
+    if ((!tuned || fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0) &&
+        fcl_plan_forward(caps, d, dtype, kernel_limit, plan) != 0)
+      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
     size_t wg = 0;
     fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, kernel, &wg);
     if (st) return st;
@@ -68,7 +66,7 @@ static fcl_status portable_forward(fcl_context *ctx, int d, fcl_dtype dtype, fcl
     kernel_limit = wg;
   }
   return fcl_fail(FCL_ERROR_UNSUPPORTED, "the forward kernel for head_dim %d admits too few work-items on %s", d,
-                  ctx->caps.device_name);
+                  caps->device_name);
 }
 
 static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/flash_fwd_mma.cl"};
@@ -113,7 +111,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   } else {
     snprintf(why, sizeof why, "%s", nv.reason);
   }
-  fcl_status st = portable_forward(ctx, (int)p->d, p->dtype, plan, kernel);
+  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, 1, plan, kernel);
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (!st && (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY)))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
@@ -121,9 +119,9 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
 }
 
 /* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows. */
-static fcl_status enqueue_forward(cl_command_queue queue, const fcl_problem *p,
-                                   const fcl_tile_plan *t, cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v,
-                                   cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait, cl_event *event) {
+fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
+                               cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event) {
   cl_uint a = 0;
   const cl_mem bufs[5] = {q, k, v, o, lse};
   for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), bufs[i] ? &bufs[i] : NULL));
@@ -143,12 +141,6 @@ static fcl_status enqueue_forward(cl_command_queue queue, const fcl_problem *p,
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
-                               cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
-                               const cl_event *wait, cl_event *event) {
-  return enqueue_forward(queue, p, plan, kernel, q, k, v, o, lse, num_wait, wait, event);
-}
-
 fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
                                  const cl_event *wait, cl_event *event) {
@@ -159,7 +151,7 @@ fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const
   fcl_tile_plan plan;
   cl_kernel kernel;
   st = fcl_select_forward(ctx, &p, &plan, &kernel);
-  if (!st) st = enqueue_forward(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
+  if (!st) st = fcl_enqueue_forward(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }

@@ -230,6 +230,11 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
    holds ctx->lock. */
 fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, cl_kernel *kernel,
                                        size_t *kernel_wg);
+/* The portable forward's plan for (d, dtype) on caps (tuned: the shape fcl_tune_forward recorded for the
+   context first, else the rule) and its built kernel, re-planned if the compiled kernel admits fewer
+   work-items than planned. Caller holds ctx->lock. */
+fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, int tuned,
+                                fcl_tile_plan *plan, cl_kernel *kernel);
 /* Sets kernel's arguments for p and plan and enqueues one forward. Caller holds ctx->lock. */
 fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
                                cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,

@@ -254,40 +254,8 @@ static fcl_status time_plan(fcl_context *ctx, cl_command_queue queue, const fcl_
   return FCL_SUCCESS;
 }
 
-/* The rule's default plan (FLASHCL_FORWARD_SHAPE set aside) and its kernel, re-planned as the forward does
-   when the kernel admits fewer work-items. */
-static fcl_status default_plan(fcl_context *ctx, const fcl_device_caps *caps, const fcl_problem *p,
-                               fcl_tile_plan *plan, cl_kernel *kernel) {
-  size_t limit = 0;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    if (fcl_plan_forward(caps, (int)p->d, p->dtype, limit, plan) != 0)
-      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
-    size_t wg = 0;
-    pthread_mutex_lock(&ctx->lock);
-    fcl_status st = fcl_forward_portable_kernel(ctx, plan, p->dtype, kernel, &wg);
-    pthread_mutex_unlock(&ctx->lock);
-    if (st) return st;
-    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
-    limit = wg;
-  }
-  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the forward kernel for head_dim %lld admits too few work-items on %s",
-                  (long long)p->d, caps->device_name);
-}
-
 static int same_shape(const fcl_tile_plan *a, const fcl_tile_plan *b) {
   return a->tr == b->tr && a->tc == b->tc && a->rm == b->rm && a->rn == b->rn && a->kt == b->kt && a->ds == b->ds;
-}
-
-/* Contiguous strides and zero offsets for the scratch buffers; the element counts of q (= o) and k (= v). */
-static void contiguous(fcl_problem *p, size_t *q_elems, size_t *k_elems) {
-  int64_t *qs[2] = {p->q_stride, p->o_stride}, *ks[2] = {p->k_stride, p->v_stride};
-  for (int i = 0; i < 2; ++i) {
-    qs[i][2] = p->d, qs[i][1] = p->nq * p->d, qs[i][0] = p->heads * p->nq * p->d;
-    ks[i][2] = p->d, ks[i][1] = p->nk * p->d, ks[i][0] = p->kv_heads * p->nk * p->d;
-  }
-  p->q_offset = p->k_offset = p->v_offset = p->o_offset = 0;
-  *q_elems = (size_t)(p->batch * p->heads * p->nq * p->d);
-  *k_elems = (size_t)(p->batch * p->kv_heads * p->nk * p->d);
 }
 
 fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
@@ -297,6 +265,12 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   fcl_problem p;
   fcl_status st;
   if ((st = fcl_resolve_problem(desc, &p)) || (st = fcl_check_queue(ctx, queue))) return st;
+  /* The scratch buffers are contiguous: the same problem with default strides and no offsets. */
+  fcl_attention_desc scratch = *desc;
+  memset(scratch.q_stride, 0, sizeof scratch.q_stride), memset(scratch.k_stride, 0, sizeof scratch.k_stride);
+  memset(scratch.v_stride, 0, sizeof scratch.v_stride), memset(scratch.o_stride, 0, sizeof scratch.o_stride);
+  scratch.q_offset = scratch.k_offset = scratch.v_offset = scratch.o_offset = 0;
+  if ((st = fcl_resolve_problem(&scratch, &p))) return st;
   cl_command_queue_properties props = 0;
   FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));
   if (!(props & CL_QUEUE_PROFILING_ENABLE))
@@ -315,14 +289,16 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES,
                     "the tuning buffers for desc (%.0f B in all) exceed the device's global memory (%llu B)",
                     2 * (q_bytes + k_bytes), (unsigned long long)caps->global_mem_size);
-  size_t q_elems, k_elems;
-  contiguous(&p, &q_elems, &k_elems);
+  const size_t q_elems = (size_t)(p.batch * p.q_stride[0]), k_elems = (size_t)(p.batch * p.k_stride[0]);
 
   fcl_device_caps rule_caps = *caps;
   rule_caps.forward_shape[0] = 0; /* the default is the rule's, whatever FLASHCL_FORWARD_SHAPE says */
   fcl_tile_plan def, best;
   cl_kernel def_kernel;
-  if ((st = default_plan(ctx, &rule_caps, &p, &def, &def_kernel))) return st;
+  pthread_mutex_lock(&ctx->lock);
+  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, 0, &def, &def_kernel);
+  pthread_mutex_unlock(&ctx->lock);
+  if (st) return st;
 
   tune_buffers b = {{NULL, NULL, NULL, NULL}};
   const size_t bytes[4] = {q_elems * p.elem_size, k_elems * p.elem_size, k_elems * p.elem_size, q_elems * p.elem_size};
