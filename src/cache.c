@@ -39,86 +39,6 @@
 #define CACHE_FORMAT_VERSION 1u
 #define CACHE_MAX_PAYLOAD ((uint64_t)1 << 31)
 
-/* ---- SHA-256 (FIPS 180-4) ---- */
-
-typedef struct sha256_state {
-  uint32_t h[8];
-  uint64_t length;
-  unsigned char block[64];
-  size_t used;
-} sha256_state;
-
-static const uint32_t sha256_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-#define ROR32(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-
-static void sha256_compress(uint32_t h[8], const unsigned char *p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
-  for (int i = 0; i < 64; ++i) {
-    uint32_t t1 = k + (ROR32(e, 6) ^ ROR32(e, 11) ^ ROR32(e, 25)) + ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
-    uint32_t t2 = (ROR32(a, 2) ^ ROR32(a, 13) ^ ROR32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-  }
-  h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
-}
-
-static void sha256_init(sha256_state *s) {
-  static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  memcpy(s->h, h0, sizeof h0);
-  s->length = 0;
-  s->used = 0;
-}
-
-static void sha256_update(sha256_state *s, const void *data, size_t n) {
-  const unsigned char *p = data;
-  s->length += n;
-  while (n > 0) {
-    size_t take = 64 - s->used < n ? 64 - s->used : n;
-    memcpy(s->block + s->used, p, take);
-    s->used += take, p += take, n -= take;
-    if (s->used == 64) {
-      sha256_compress(s->h, s->block);
-      s->used = 0;
-    }
-  }
-}
-
-static void sha256_final(sha256_state *s, unsigned char out[32]) {
-  const uint64_t bits = s->length * 8;
-  const unsigned char pad = 0x80, zero = 0;
-  sha256_update(s, &pad, 1);
-  while (s->used != 56) sha256_update(s, &zero, 1);
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(bits >> (56 - 8 * i));
-  sha256_update(s, len, 8);
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = (unsigned char)(s->h[i] >> (24 - 8 * j));
-}
-
-void fcl_sha256(const void *data, size_t n, unsigned char out[32]) {
-  sha256_state s;
-  sha256_init(&s);
-  sha256_update(&s, data, n);
-  sha256_final(&s, out);
-}
-
 /* ---- keys ---- */
 
 static void put_u64(unsigned char *p, uint64_t v) {
@@ -139,15 +59,15 @@ static uint32_t get_u32(const unsigned char *p) {
 }
 
 /* A field with its length in front, so ("ab", "c") and ("a", "bc") hash differently. */
-static void hash_field(sha256_state *s, const char *text) {
+static void hash_field(fcl_sha256_state *s, const char *text) {
   unsigned char len[8];
   const size_t n = text ? strlen(text) : 0;
   put_u64(len, n);
-  sha256_update(s, len, 8);
-  if (n) sha256_update(s, text, n);
+  fcl_sha256_update(s, len, 8);
+  if (n) fcl_sha256_update(s, text, n);
 }
 
-static void hash_device(sha256_state *s, const fcl_device_caps *caps) {
+static void hash_device(fcl_sha256_state *s, const fcl_device_caps *caps) {
   hash_field(s, caps->platform_name);
   hash_field(s, caps->platform_version);
   hash_field(s, caps->device_name);
@@ -157,23 +77,23 @@ static void hash_device(sha256_state *s, const fcl_device_caps *caps) {
 
 void fcl_cache_key_compute(const fcl_device_caps *caps, const char *source, const char *options,
                            fcl_cache_key *key) {
-  sha256_state s;
-  sha256_init(&s);
+  fcl_sha256_state s;
+  fcl_sha256_init(&s);
   hash_field(&s, "flashcl program");
   hash_field(&s, fcl_version());
   hash_device(&s, caps);
   hash_field(&s, source);
   hash_field(&s, options);
-  sha256_final(&s, key->bytes);
+  fcl_sha256_final(&s, key->bytes);
 }
 
 void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CACHE_TAG_SIZE]) {
-  sha256_state s;
+  fcl_sha256_state s;
   unsigned char full[32];
-  sha256_init(&s);
+  fcl_sha256_init(&s);
   hash_field(&s, "flashcl device");
   hash_device(&s, caps);
-  sha256_final(&s, full);
+  fcl_sha256_final(&s, full);
   memcpy(tag, full, FCL_CACHE_TAG_SIZE);
 }
 

@@ -168,6 +168,16 @@ typedef struct fcl_cache_key {
   unsigned char bytes[FCL_CACHE_KEY_SIZE];
 } fcl_cache_key;
 
+/* sha256.c: one-shot and incremental SHA-256. */
+typedef struct fcl_sha256_state {
+  uint32_t h[8];
+  uint64_t length;
+  unsigned char block[64];
+  size_t used;
+} fcl_sha256_state;
+void fcl_sha256_init(fcl_sha256_state *s);
+void fcl_sha256_update(fcl_sha256_state *s, const void *data, size_t n);
+void fcl_sha256_final(fcl_sha256_state *s, unsigned char out[32]);
 void fcl_sha256(const void *data, size_t n, unsigned char out[32]);
 /* SHA-256 of (library version, platform name and version, device name and version, driver version,
    source text, build options). */
