@@ -101,20 +101,6 @@ static fcl_status set_layout_args(cl_kernel kernel, cl_uint *a, int64_t offset, 
   return FCL_SUCCESS;
 }
 
-/* Arguments shared by flash_bwd_dkdv and flash_bwd_dq after their buffers. */
-static fcl_status set_tiled_args(cl_kernel kernel, cl_uint a, const fcl_problem *p) {
-  fcl_status st;
-  if ((st = set_layout_args(kernel, &a, p->q_offset, p->q_stride)) ||
-      (st = set_layout_args(kernel, &a, p->k_offset, p->k_stride)) ||
-      (st = set_layout_args(kernel, &a, p->v_offset, p->v_stride)) ||
-      (st = set_layout_args(kernel, &a, p->o_offset, p->o_stride)))
-    return st;
-  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
-  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
-  return FCL_SUCCESS;
-}
-
 static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, int n) {
   for (int i = 0; i < n; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), &bufs[i]));
   return FCL_SUCCESS;
@@ -139,10 +125,10 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
   a = 0;
   const cl_mem dkdv_bufs[8] = {q, k, v, d_o, lse, workspace, d_k, d_v};
-  if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = set_tiled_args(kernels[1], a, p))) return st;
+  if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = fcl_set_problem_args(kernels[1], a, p))) return st;
   a = 0;
   const cl_mem dq_bufs[7] = {q, k, v, d_o, lse, workspace, d_q};
-  if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = set_tiled_args(kernels[2], a, p))) return st;
+  if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = fcl_set_problem_args(kernels[2], a, p))) return st;
 
   /* The pre-pass: one work-item per query row, in groups of up to 64. */
   size_t pre_wg = 0;

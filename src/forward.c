@@ -118,6 +118,19 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   return st;
 }
 
+fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *p) {
+  const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+  const int64_t offsets[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
+  for (int i = 0; i < 4; ++i) {
+    const cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
+    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &vals[j]));
+  }
+  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
+  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
+  return FCL_SUCCESS;
+}
+
 /* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows. */
 fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
@@ -125,15 +138,8 @@ fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, con
   cl_uint a = 0;
   const cl_mem bufs[5] = {q, k, v, o, lse};
   for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), bufs[i] ? &bufs[i] : NULL));
-  const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
-  const int64_t offsets[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
-  for (int i = 0; i < 4; ++i) {
-    cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
-    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &vals[j]));
-  }
-  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
-  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
+  fcl_status st = fcl_set_problem_args(kernel, a, p);
+  if (st) return st;
   const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br);
   const size_t global[3] = {blocks * (size_t)t->wg, (size_t)p->heads, (size_t)p->batch};
   const size_t local[3] = {(size_t)t->wg, 1, 1};

@@ -245,6 +245,9 @@ fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *pl
    work-items than planned. Caller holds ctx->lock. */
 fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, int tuned,
                                 fcl_tile_plan *plan, cl_kernel *kernel);
+/* Sets the problem's arguments every attention kernel takes after its buffers, from index a on: the offset
+   and three strides of q, k, v and o, then num_heads, group, nq, nk, causal and scale. */
+fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *p);
 /* Sets kernel's arguments for p and plan and enqueues one forward. Caller holds ctx->lock. */
 fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
                                cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
