@@ -82,8 +82,6 @@ static int plain_step(const fcl_problem *p, int t, int64_t *step) {
     delta = s[0];
   }
   if (p->batch > 1 && s[0] != delta * p->heads) return 0;
-  /* The output's pairs must not overlap one another. */
-  if (t == REF_O && delta == 0 && p->batch * p->heads > 1) return 0;
   *step = delta;
   return 1;
 }
