@@ -1,7 +1,6 @@
 /* Capability probe: the device facts the planner and the kernel choice depend on. */
 #include "internal.h"
 
-#include <CL/cl_ext.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
