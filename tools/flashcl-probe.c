@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cl_vendor.h"
+#include "internal.h"
 
 #define MAX_DEVICES 64
 
@@ -65,13 +66,17 @@ static field *add(record *r, const char *key, const char *label) {
   return f;
 }
 
-static void add_string(record *r, const char *key, const char *label, const char *fmt, ...) {
+static void add_text(record *r, const char *key, const char *label, int kind, const char *fmt, va_list ap) {
   field *f = add(r, key, label);
+  vsnprintf(f->text, sizeof f->text, fmt, ap);
+  f->kind = kind;
+}
+
+static void add_string(record *r, const char *key, const char *label, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(f->text, sizeof f->text, fmt, ap);
+  add_text(r, key, label, V_STRING, fmt, ap);
   va_end(ap);
-  f->kind = V_STRING;
 }
 
 static void add_number(record *r, const char *key, const char *label, unsigned long long v, const char *human) {
@@ -89,29 +94,11 @@ static void add_bool(record *r, const char *key, const char *label, int v, const
   snprintf(f->text, sizeof f->text, "%s%s%s", v ? "yes" : "no", detail && *detail ? ", " : "", detail ? detail : "");
 }
 
-static const char *cl_error_name(cl_int e) {
-  switch (e) {
-    case CL_INVALID_VALUE: return "CL_INVALID_VALUE";
-    case CL_INVALID_DEVICE: return "CL_INVALID_DEVICE";
-    case CL_INVALID_PLATFORM: return "CL_INVALID_PLATFORM";
-    case CL_OUT_OF_RESOURCES: return "CL_OUT_OF_RESOURCES";
-    case CL_OUT_OF_HOST_MEMORY: return "CL_OUT_OF_HOST_MEMORY";
-    case CL_DEVICE_NOT_FOUND: return "CL_DEVICE_NOT_FOUND";
-    case CL_DEVICE_NOT_AVAILABLE: return "CL_DEVICE_NOT_AVAILABLE";
-    case CL_BUILD_PROGRAM_FAILURE: return "CL_BUILD_PROGRAM_FAILURE";
-    case CL_INVALID_KERNEL_NAME: return "CL_INVALID_KERNEL_NAME";
-    case CL_PLATFORM_NOT_FOUND_KHR: return "CL_PLATFORM_NOT_FOUND_KHR";
-    default: return "OpenCL error";
-  }
-}
-
 static void add_error(record *r, const char *key, const char *label, const char *fmt, ...) {
-  field *f = add(r, key, label);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(f->text, sizeof f->text, fmt, ap);
+  add_text(r, key, label, V_ERROR, fmt, ap);
   va_end(ap);
-  f->kind = V_ERROR;
 }
 
 static void print_record(const record *r, const char *indent) {
@@ -172,7 +159,7 @@ static int dev_string(record *r, cl_device_id d, cl_device_info what, const char
   buf[sizeof buf - 1] = '\0';
   if (out) snprintf(out, size, "%s", e == CL_SUCCESS ? buf : "");
   if (e != CL_SUCCESS) {
-    if (r) add_error(r, key, label, "%s (%d)", cl_error_name(e), (int)e);
+    if (r) add_error(r, key, label, "%s (%d)", fcl_cl_error_name(e), (int)e);
     return -1;
   }
   if (r) add_string(r, key, label, "%s", buf);
@@ -201,7 +188,7 @@ static void dev_number(record *r, cl_device_id d, cl_device_info what, size_t si
   unsigned long long v;
   cl_int e;
   if (dev_scalar(d, what, size, &v, &e) != 0) {
-    add_error(r, key, label, "%s (%d)", cl_error_name(e), (int)e);
+    add_error(r, key, label, "%s (%d)", fcl_cl_error_name(e), (int)e);
     return;
   }
   char text[96];
@@ -243,7 +230,7 @@ static void preferred_multiple(record *r, cl_device_id d) {
     add_number(r, "preferred_work_group_multiple", "preferred work-group multiple", m, NULL);
   else
     add_error(r, "preferred_work_group_multiple", "preferred work-group multiple", "%s: %s (%d)", where,
-              cl_error_name(e), (int)e);
+              fcl_cl_error_name(e), (int)e);
   if (k) clReleaseKernel(k);
   if (p) clReleaseProgram(p);
   if (c) clReleaseContext(c);
@@ -275,7 +262,7 @@ static void describe_device(record *r, const device_ref *ref, char *ext, size_t 
       add_string(r, "local_mem_type", "local memory type", "%s",
                  t == CL_LOCAL ? "local (on-chip)" : t == CL_GLOBAL ? "global (emulated in device memory)" : "none");
     else
-      add_error(r, "local_mem_type", "local memory type", "%s (%d)", cl_error_name(e), (int)e);
+      add_error(r, "local_mem_type", "local memory type", "%s (%d)", fcl_cl_error_name(e), (int)e);
   }
   dev_number(r, d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t), "max_work_group_size", "max work-group size", 0);
   {
@@ -284,7 +271,7 @@ static void describe_device(record *r, const device_ref *ref, char *ext, size_t 
     if (e == CL_SUCCESS)
       add_string(r, "max_work_item_sizes", "max work-item sizes", "%zu x %zu x %zu", s[0], s[1], s[2]);
     else
-      add_error(r, "max_work_item_sizes", "max work-item sizes", "%s (%d)", cl_error_name(e), (int)e);
+      add_error(r, "max_work_item_sizes", "max work-item sizes", "%s (%d)", fcl_cl_error_name(e), (int)e);
   }
   preferred_multiple(r, d);
 
@@ -294,7 +281,7 @@ static void describe_device(record *r, const device_ref *ref, char *ext, size_t 
   ext[ext_size - 1] = '\0';
   if (e != CL_SUCCESS) {
     ext[0] = '\0';
-    add_error(r, "extensions", "extensions", "%s (%d)", cl_error_name(e), (int)e);
+    add_error(r, "extensions", "extensions", "%s (%d)", fcl_cl_error_name(e), (int)e);
   }
   /* Sub-groups: the extension, and the sizes where the driver says (Intel list, NVIDIA warp, AMD wavefront). */
   const int khr_sub = strstr(ext, "cl_khr_subgroups") != NULL, intel_sub = strstr(ext, "cl_intel_subgroups") != NULL;
@@ -331,7 +318,7 @@ static void describe_device(record *r, const device_ref *ref, char *ext, size_t 
         dev_scalar(d, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(cl_uint), &min, &e2) == 0)
       add_string(r, "nv_compute_capability", "NVIDIA compute capability", "%llu.%llu", maj, min);
     else
-      add_error(r, "nv_compute_capability", "NVIDIA compute capability", "%s (%d)", cl_error_name(e1 ? e1 : e2),
+      add_error(r, "nv_compute_capability", "NVIDIA compute capability", "%s (%d)", fcl_cl_error_name(e1 ? e1 : e2),
                 (int)(e1 ? e1 : e2));
   } else {
     add_string(r, "nv_compute_capability", "NVIDIA compute capability", "not reported");
@@ -642,7 +629,7 @@ static int time_op(test_env *env, fwd_fn fn, const fcl_attention_desc *d, cl_mem
     }
     clReleaseEvent(ev);
     if (e != CL_SUCCESS) {
-      snprintf(err, err_size, "event: %s (%d)", cl_error_name(e), (int)e);
+      snprintf(err, err_size, "event: %s (%d)", fcl_cl_error_name(e), (int)e);
       return 1;
     }
     if (i >= 0) t[i] = use_events ? 1e-9 * (double)(end - start) : t1 - t0;
@@ -845,7 +832,7 @@ int main(int argc, char **argv) {
         cl_int e = clGetPlatformInfo(platforms[p], pinfo[i].what, sizeof buf, buf, NULL);
         buf[sizeof buf - 1] = '\0';
         if (e == CL_SUCCESS) add_string(&pr, pinfo[i].key, pinfo[i].label, "%s", buf);
-        else add_error(&pr, pinfo[i].key, pinfo[i].label, "%s (%d)", cl_error_name(e), (int)e);
+        else add_error(&pr, pinfo[i].key, pinfo[i].label, "%s (%d)", fcl_cl_error_name(e), (int)e);
       }
       if (json) {
         printf("%s\n    {\"platform\": ", p ? "," : "");
@@ -921,7 +908,7 @@ int main(int argc, char **argv) {
     printf("\nSelected device [%d]: %s\n", sel, refs[sel].name);
   }
   if (st != FCL_SUCCESS) {
-    const char *why = e == CL_SUCCESS ? fcl_last_error() : cl_error_name(e);
+    const char *why = e == CL_SUCCESS ? fcl_last_error() : fcl_cl_error_name(e);
     if (json) {
       printf(",\n  \"error\": ");
       json_string(stdout, why);
