@@ -37,3 +37,106 @@ inline ushort fcl_float_to_bf16(float x) {
     const int r_ = i_ / DP, c_ = i_ % DP;                                                               \
     (dst)[r_ * DS + c_] = ((row0) + r_ < (n) && c_ < D) ? LOAD(src, ((row0) + r_) * (stride) + c_) * (mul) : 0.0f; \
   }
+
+/* ---- The mask and score-modifier layer: the one place every attention kernel takes visibility and
+ * score modifiers from (mirrored by the tests' float64 host reference).
+ *
+ * Query row i of a sequence sits at key position p = i + diag, diag = seqlen_k - seqlen_q. Key j is
+ * visible from row i iff 0 <= j < nk and p - wl <= j <= p + wr (the host folds causal into wr = 0 and
+ * passes nk / nq for an unbounded side). Scores are in log2 units (scale * log2(e) * q.k): the modifiers
+ * follow them there, in the order softcap, ALiBi, mask. Switches (-D, 0 when absent): SOFTCAP, ALIBI,
+ * MASK (1 f32, 2 f16, 3 bf16 values), SINKS. */
+#ifndef SOFTCAP
+#define SOFTCAP 0
+#endif
+#ifndef ALIBI
+#define ALIBI 0
+#endif
+#ifndef MASK
+#define MASK 0
+#endif
+#ifndef SINKS
+#define SINKS 0
+#endif
+
+#if MASK == 2
+typedef half mask_t;
+#define MASK_LOAD(p, i) vload_half((i), (p))
+#elif MASK == 3
+typedef ushort mask_t;
+#define MASK_LOAD(p, i) as_float((uint)(p)[i] << 16)
+#else
+typedef float mask_t;
+#define MASK_LOAD(p, i) ((p)[i])
+#endif
+
+/* The modifier arguments every attention kernel takes last, in this order (fcl_set_modifier_args). */
+#define FCL_MOD_ARGS                                                                                   \
+  int win_left, int win_right, float softcap, __global const float *alibi, long alibi_off, long alibi_sb, \
+      __global const mask_t *mask, long mask_off, long mask_sb, long mask_sh, long mask_sn,             \
+      __global const float *sinks
+
+/* The modifiers of one (batch, head), ready for per-element use. */
+typedef struct fcl_mods {
+  int diag, wl, wr;
+  float cap, inv_cap; /* softcap in log2 units, and its inverse */
+  float slope;        /* ALiBi slope of this (batch, head) in log2 units */
+  __global const mask_t *mask; /* this (batch, head)'s mask, row 0 */
+  long mask_sn;
+} fcl_mods;
+
+#define FCL_MODS_INIT(m, b, h, nq, nk)                                                       \
+  do {                                                                                       \
+    (m).diag = (nk) - (nq);                                                                  \
+    (m).wl = win_left;                                                                       \
+    (m).wr = win_right;                                                                      \
+    (m).cap = softcap * FCL_LOG2E;                                                           \
+    (m).inv_cap = SOFTCAP ? 1.0f / (m).cap : 0.0f;                                           \
+    (m).slope = ALIBI ? alibi[alibi_off + (long)(b) * alibi_sb + (h)] * FCL_LOG2E : 0.0f;     \
+    (m).mask = MASK ? mask + mask_off + (long)(b) * mask_sb + (long)(h) * mask_sh : mask;    \
+    (m).mask_sn = mask_sn;                                                                   \
+  } while (0)
+
+/* First visible key of row i, and one past the last (clamped to [0, nk]; empty when begin >= end).
+   Both grow with i, so a block of rows r0..r1 needs keys [fcl_key_begin(r0), fcl_key_end(r1)). */
+inline int fcl_key_begin(const fcl_mods *m, int i) { return max(0, i + m->diag - m->wl); }
+inline int fcl_key_end(const fcl_mods *m, int i, int nk) { return clamp(i + m->diag + m->wr + 1, 0, nk); }
+/* First query row that sees key j, and one past the last that does (clamped to [0, nq]). */
+inline int fcl_row_begin(const fcl_mods *m, int j) { return max(0, j - m->wr - m->diag); }
+inline int fcl_row_end(const fcl_mods *m, int j, int nq) { return clamp(j + m->wl - m->diag + 1, 0, nq); }
+
+inline bool fcl_visible(const fcl_mods *m, int i, int j, int nq, int nk) {
+  const int p = i + m->diag;
+  return i < nq && j < nk && j >= p - m->wl && j <= p + m->wr;
+}
+/* 1 when every key j0..j1 is visible from every row i0..i1 (a tile that needs no per-element mask). */
+inline bool fcl_all_visible(const fcl_mods *m, int i0, int i1, int j0, int j1, int nq, int nk) {
+  return i1 < nq && j1 < nk && j0 >= i1 + m->diag - m->wl && j1 <= i0 + m->diag + m->wr;
+}
+
+/* Softcap of a log2-unit score (identity when off). */
+inline float fcl_softcap(const fcl_mods *m, float s) {
+#if SOFTCAP
+  return m->cap * tanh(s * m->inv_cap);
+#else
+  (void)m;
+  return s;
+#endif
+}
+/* The additive modifiers of row i, key j: ALiBi and the mask (identity when off). */
+inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
+#if ALIBI
+  s -= m->slope * (float)abs(i + m->diag - j);
+#endif
+#if MASK
+  s += MASK_LOAD(m->mask, (long)i * m->mask_sn + j) * FCL_LOG2E;
+#endif
+  (void)m, (void)i, (void)j;
+  return s;
+}
+/* The modified score of a visible (i, j), or -INFINITY when hidden. */
+inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk) {
+  return fcl_visible(m, i, j, nq, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
+}
+/* The sink logit of head h in log2 units (SINKS only). */
+#define FCL_SINK(h) (sinks[h] * FCL_LOG2E)

@@ -9,12 +9,16 @@
  *   BWD_KIND 2  flash_bwd_dq    one work-group owns BM = TR*RM query rows of one (batch, head) and keeps Q,
  *                               dO in local memory and dQ in registers; it streams BN = TC*RN key rows of
  *                               K and V, recomputes P and dS, and accumulates dQ += scale dS K.
+ *   BWD_KIND 3  flash_bwd_dsinks d_sinks[h] = -sum over batches and rows of Dvec * exp(sink[h] - lse), one
+ *                               work-group of WG (a power of two) work-items per head, in a fixed order.
  *
  * No atomics: every gradient element is summed by one work-item in a fixed order, so results are
  * bitwise reproducible. Work-item (tr, tc) of the TR x TC grid computes S and dP for owned rows tr*RM..
  * and streamed columns tc, tc+TC, .., and accumulates owned rows tr*RM.. at head_dim columns tc, tc+TC, ..
- * (DN of them). Masked entries (beyond the lengths, above the causal diagonal) get P = 0, so a query row
- * that sees no key (lse = -inf) contributes nothing and gets dQ = 0.
+ * (DN of them). Hidden entries (beyond the lengths, outside the window) get P = 0 and are left out of the
+ * sums (so a NaN in a row they hide cannot reach a gradient), and a query row that sees no key
+ * (lse = -inf) contributes nothing and gets dQ = 0. Score modifiers come from common.cl's mask layer; a
+ * softcap multiplies dS by its derivative 1 - tanh^2.
  *
  * S and dP read Q, dO, K, V rows four floats at a time; the accumulation reads P and dS rows four at a time.
  *
@@ -41,6 +45,31 @@ __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d
   dvec[((long)b * num_heads + h) * nq + row] = acc;
 }
 
+#elif BWD_KIND == 3
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __global const float *sinks,
+                      __global float *d_sinks, int num_heads, int batch, int nq) {
+  __local float part[WG];
+  const int lid = get_local_id(0);
+  const int h = get_group_id(0);
+  const float sink = sinks[h];
+  float acc = 0.0f;
+  for (long r = lid; r < (long)batch * nq; r += WG) {
+    const long row = ((r / nq) * num_heads + h) * nq + r % nq;
+    const float l = lse[row];
+    /* A row whose lse is -inf saw no key and no finite sink: it contributes nothing. */
+    if (l != -INFINITY) acc = fma(dvec[row], exp(sink - l), acc);
+  }
+  part[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int span = WG / 2; span > 0; span >>= 1) {
+    if (lid < span) part[lid] += part[lid + span];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) d_sinks[h] = -part[0];
+}
+
 #else
 
 #define WG (TR * TC)
@@ -54,6 +83,24 @@ __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d
 #define DOT4(s, a, b) (s) = fma((a).w, (b).w, fma((a).z, (b).z, fma((a).y, (b).y, fma((a).x, (b).x, (s)))))
 #define LANE(v, cc) ((cc) == 0 ? (v).x : (cc) == 1 ? (v).y : (cc) == 2 ? (v).z : (v).w)
 
+/* P and dS of one (row, key) from the raw score s = q.k and dP = dO.v, through the mask layer: P =
+   2^(modified score - L) with L = lse log2(e); dS = P (dP - D), times the softcap's derivative. Hidden
+   entries (and those a mask gives -inf) get P = dS = 0. The kernel defines mods, qk_scale, nq and nk. */
+#define BWD_P_DS(p_out, ds_out, s, dp, row, key, L, D)                                           \
+  do {                                                                                            \
+    if (fcl_visible(&mods, (row), (key), nq, nk)) {                                               \
+      const float t_ = fcl_softcap(&mods, (s) * qk_scale);                                        \
+      /* L = -inf: the row saw nothing (a mask hid every key); its P is 0, not 2^(-inf + inf). */  \
+      const float p_ = (L) == -INFINITY ? 0.0f : exp2(fcl_bias(&mods, t_, (row), (key)) - (L));    \
+      const float u_ = t_ * mods.inv_cap;                                                         \
+      (p_out) = p_;                                                                               \
+      (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (D)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);       \
+    } else {                                                                                      \
+      (p_out) = 0.0f;                                                                             \
+      (ds_out) = 0.0f;                                                                            \
+    }                                                                                             \
+  } while (0)
+
 #if BWD_KIND == 1
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -64,7 +111,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
                     long k_off, long k_sb, long k_sh, long k_sn,
                     long v_off, long v_sb, long v_sh, long v_sn,
                     long o_off, long o_sb, long o_sh, long o_sn,
-                    int num_heads, int group, int nq, int nk, int causal, float scale) {
+                    int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
   __local float4 Ks4[BM * DS4];
   __local float4 Vs4[BM * DS4];
   __local float4 Qs4[BN * DS4];
@@ -96,17 +143,18 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
   for (int i = 0; i < RM; ++i)
     for (int n = 0; n < DN; ++n) dk[i][n] = dv[i][n] = 0.0f;
 
-  /* Query row i sees key j when j <= i + diag: the block's first key is seen from row k0 - diag on. */
-  const int diag = nk - nq;
-  const int q_begin = causal ? max(0, k0 - diag) : 0;
   const float qk_scale = scale * FCL_LOG2E;
 
   for (int g = 0; g < group; ++g) {
     const int h = hk * group + g;
+    /* The query rows that see some key of the block: the rest of the rows are never loaded. */
+    fcl_mods mods;
+    FCL_MODS_INIT(mods, b, h, nq, nk);
+    const int q_begin = fcl_row_begin(&mods, k0), q_end = fcl_row_end(&mods, min(k0 + BM, nk) - 1, nq);
     __global const store_t *qh = q + q_off + b * q_sb + h * q_sh;
     __global const store_t *doh = d_o + o_off + b * o_sb + h * o_sh;
     const long lbase = ((long)b * num_heads + h) * nq;
-    for (int q0 = q_begin; q0 < nq; q0 += BN) {
+    for (int q0 = q_begin; q0 < q_end; q0 += BN) {
       barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with Qs, dOs, Pt, dSt */
       LOAD_TILE(Qs, qh, q_sn, q0, BN, nq, 1.0f);
       LOAD_TILE(dOs, doh, o_sn, q0, BN, nq, 1.0f);
@@ -141,10 +189,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
         for (int j = 0; j < RN; ++j) {
           const int c = tc + j * TC;
           const int row = q0 + c;
-          const bool visible = key < nk && row < nq && (!causal || key <= row + diag);
-          const float p = visible ? exp2(fma(s[i][j], qk_scale, -Ls[c])) : 0.0f;
-          Pt[(tr * RM + i) * PS + c] = p;
-          dSt[(tr * RM + i) * PS + c] = visible ? p * (dp[i][j] - Ds[c]) : 0.0f;
+          BWD_P_DS(Pt[(tr * RM + i) * PS + c], dSt[(tr * RM + i) * PS + c], s[i][j], dp[i][j], row, key, Ls[c], Ds[c]);
         }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -165,6 +210,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
           }
           for (int i = 0; i < RM; ++i) {
             const float p = LANE(p4[i], cc), ds = LANE(ds4[i], cc);
+            if (p == 0.0f) continue; /* hidden (or negligible): left out, not multiplied by zero */
             for (int n = 0; n < DN; ++n) {
               dv[i][n] = fma(p, oc[n], dv[i][n]);
               dk[i][n] = fma(ds, qc[n], dk[i][n]);
@@ -198,7 +244,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
                   long k_off, long k_sb, long k_sh, long k_sn,
                   long v_off, long v_sb, long v_sh, long v_sn,
                   long o_off, long o_sb, long o_sh, long o_sn,
-                  int num_heads, int group, int nq, int nk, int causal, float scale) {
+                  int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
   __local float4 Qs4[BM * DS4];
   __local float4 dOs4[BM * DS4];
   __local float4 Ks4[BN * DS4];
@@ -216,7 +262,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   const int tc = lid % TC;
   const int tr = lid / TC;
   /* Causal: the last query blocks see the most keys, so they take the first group ids and start first. */
-  const int q0 = (causal ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
+  const int q0 = (win_right < nq ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
   const int hk = h / group;
@@ -237,11 +283,12 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   for (int i = 0; i < RM; ++i)
     for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
 
-  const int diag = nk - nq;
-  const int kv_end = causal ? clamp(q0 + BM + diag, 0, nk) : nk;
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, h, nq, nk);
+  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, min(q0 + BM, nq) - 1, nk);
   const float qk_scale = scale * FCL_LOG2E;
 
-  for (int k0 = 0; k0 < kv_end; k0 += BN) {
+  for (int k0 = kv_begin; k0 < kv_end; k0 += BN) {
     barrier(CLK_LOCAL_MEM_FENCE); /* Qs, dOs, Ls, Ds are loaded; the previous step is done with Ks, dSs */
     LOAD_TILE(Ks, kh, k_sn, k0, BN, nk, 1.0f);
     LOAD_TILE(Vs, vh, v_sn, k0, BN, nk, 1.0f);
@@ -270,9 +317,8 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
       const int row = q0 + r;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        const bool visible = col < nk && row < nq && (!causal || col <= row + diag);
-        const float p = visible ? exp2(fma(s[i][j], qk_scale, -Ls[r])) : 0.0f;
-        dSs[r * PS + tc + j * TC] = visible ? p * (dp[i][j] - Ds[r]) : 0.0f;
+        float p;
+        BWD_P_DS(p, dSs[r * PS + tc + j * TC], s[i][j], dp[i][j], row, col, Ls[r], Ds[r]);
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -286,6 +332,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
         for (int n = 0; n < DN; ++n) kc[n] = Ks[c * DS + tc + n * TC];
         for (int i = 0; i < RM; ++i) {
           const float ds = LANE(ds4[i], cc);
+          if (ds == 0.0f) continue; /* hidden (or negligible): left out, not multiplied by zero */
           for (int n = 0; n < DN; ++n) acc[i][n] = fma(ds, kc[n], acc[i][n]);
         }
       }

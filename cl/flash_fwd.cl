@@ -30,7 +30,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long k_off, long k_sb, long k_sh, long k_sn,
                long v_off, long v_sb, long v_sh, long v_sn,
                long o_off, long o_sb, long o_sh, long o_sn,
-               int num_heads, int group, int nq, int nk, int causal, float scale) {
+               int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
   __local float4 Qs4[BR * DS / 4];
   __local float4 KVs4[(KV_FLOATS + 3) / 4];
   __local float4 Ps4[BR * PS / 4];
@@ -43,7 +43,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int lid = get_local_id(0);
   const int tc = lid % TC;
   const int tr = lid / TC;
-  /* Last query block first (harmless without a mask): under a causal mask it has the most keys, so the
+  /* Last query block first (harmless without a window): under a causal mask it has the most keys, so the
      long blocks start early and the short ones fill in at the end. */
   const int q0 = (get_num_groups(0) - 1 - get_group_id(0)) * BR;
   const int h = get_group_id(1);
@@ -65,11 +65,13 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
   }
 
-  /* Query row i sees keys j <= i + nk - nq; the block's last row bounds the keys it needs. */
-  const int diag = nk - nq;
-  const int kv_end = causal ? clamp(q0 + BR + diag, 0, nk) : nk;
+  /* The keys the block's rows see: tiles outside the window are never loaded. */
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, h, nq, nk);
+  const int last_row = min(q0 + BR, nq) - 1;
+  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, last_row, nk);
 
-  for (int k0 = 0; k0 < kv_end; k0 += BC) {
+  for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
 #if KT
     for (int i = lid; i < BC * DP; i += WG) {
@@ -109,13 +111,16 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     }
 #endif
 
+    /* A tile every row sees whole needs no per-element mask; others exclude hidden entries from P V
+       (a NaN in a hidden V row must not reach the output), as does a mask, which may hide any key. */
+    const bool whole = fcl_all_visible(&mods, q0, q0 + BR - 1, k0, k0 + BC - 1, nq, nk);
+    const bool guard = MASK || !whole;
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        const bool visible = col < nk && (!causal || col <= row + diag);
-        s[i][j] = visible ? s[i][j] : -INFINITY;
+        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;
@@ -158,7 +163,8 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
         for (int i = 0; i < RM; ++i) {
           const float p = cc == 0 ? p4[i].x : cc == 1 ? p4[i].y : cc == 2 ? p4[i].z : p4[i].w;
-          for (int n = 0; n < DN; ++n) acc[i][n] = fma(p, vc[n], acc[i][n]);
+          if (!guard || p != 0.0f)
+            for (int n = 0; n < DN; ++n) acc[i][n] = fma(p, vc[n], acc[i][n]);
         }
       }
     }
@@ -167,12 +173,23 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   for (int i = 0; i < RM; ++i) {
     const int row = q0 + tr * RM + i;
     if (row >= nq) continue;
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#if SINKS
+    /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
+    const float sink = FCL_SINK(h), mf = fmax(m[i], sink);
+    if (mf != -INFINITY) {
+      const float c = exp2(m[i] - mf);
+      l[i] = l[i] * c + exp2(sink - mf);
+      for (int n = 0; n < DN; ++n) acc[i][n] *= c;
+      m[i] = mf;
+    }
+#endif
+    /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse. */
+    const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
       if (c < D) STORE(o, row * o_sn + c, acc[i][n] * inv);
     }
     if (lse && tc == 0)
-      lse[((long)b * num_heads + h) * nq + row] = l[i] > 0.0f ? (m[i] + log2(l[i])) * FCL_LN2 : -INFINITY;
+      lse[((long)b * num_heads + h) * nq + row] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
   }
 }

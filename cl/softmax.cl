@@ -5,27 +5,34 @@
  */
 
 #ifdef WG
-/* One work-group per score row. s holds `rows` rows of nk scores (row r of head pair p at
- * (p * nq + r) * nk); each row is replaced by its probabilities P = softmax(scale * s) with the causal
- * mask aligned to the bottom-right corner (query row r sees keys j <= r + nk - nq; masked entries get
- * P = 0). lse (optional) receives ln(sum exp(scale * s)) of the visible keys at lse[lse_first + row],
- * -INFINITY for a row that sees no key (its P row is all zero). */
+/* One work-group per score row. s holds `rows` rows of nk raw scores q.k (row r of (batch, head) pair p at
+ * (p * nq + r) * nk, pairs counted from the chunk's first); each row is replaced by its probabilities P =
+ * softmax of the modified scores (common.cl's mask layer: window, softcap, ALiBi, mask, sinks), with
+ * hidden entries P = 0. Row `row` of the chunk is row lse_first + row of [batch, num_heads, nq]. lse
+ * (optional) receives ln of the row's sum of exp over its visible keys and sink, -INFINITY for a row
+ * that sees nothing (its P row is all zero). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, int nq, int nk, int causal,
-                      float scale, int write_lse) {
+void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, int num_heads, int nq, int nk,
+                      float scale, int write_lse, FCL_MOD_ARGS) {
   __local float red_m[WG];
   __local float red_l[WG];
   const int lid = get_local_id(0);
   const long row = get_group_id(0);
-  const int r = (int)(row % nq);
+  const long grow = lse_first + row;
+  const int r = (int)(grow % nq);
+  const long pair = grow / nq;
+  const int b = (int)(pair / num_heads), h = (int)(pair % num_heads);
   __global float *srow = s + row * (long)nk;
-  const int end = causal ? clamp(r + nk - nq + 1, 0, nk) : nk; /* keys j < end are visible */
-  const float c = scale * FCL_LOG2E;                            /* scores in log2 units for exp2 */
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, h, nq, nk);
+  const int begin = fcl_key_begin(&mods, r), end = fcl_key_end(&mods, r, nk); /* keys the row sees */
+  const float c = scale * FCL_LOG2E; /* scores in log2 units for exp2 */
 
   /* Per work-item online max and sum over its strided share of the row. */
   float m = -INFINITY, l = 0.0f;
-  for (int j = lid; j < end; j += WG) {
-    const float x = srow[j] * c;
+  for (int j = begin + lid; j < end; j += WG) {
+    const float x = fcl_score(&mods, srow[j] * c, r, j, nq, nk);
+    if (x == -INFINITY) continue; /* a key the mask hides */
     if (x > m) {
       l = l * exp2(m - x) + 1.0f;
       m = x;
@@ -45,10 +52,22 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  const float mx = red_m[0];
-  const float inv = red_l[0] > 0.0f ? 1.0f / red_l[0] : 0.0f;
-  for (int j = lid; j < nk; j += WG) srow[j] = j < end ? exp2(srow[j] * c - mx) * inv : 0.0f;
-  if (write_lse && lid == 0) lse[lse_first + row] = end > 0 ? (mx + log2(red_l[0])) * FCL_LN2 : -INFINITY;
+  float mx = red_m[0], sum = red_l[0];
+#if SINKS
+  /* The sink joins the denominator once: sum' = sum 2^(mx - mx') + 2^(sink - mx'), mx' = max(mx, sink). */
+  const float sink = FCL_SINK(h), mf = fmax(mx, sink);
+  if (mf != -INFINITY) {
+    sum = sum * exp2(mx - mf) + exp2(sink - mf);
+    mx = mf;
+  }
+#endif
+  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+  /* Every entry is read by the work-item that writes it, so no barrier separates the passes. */
+  for (int j = lid; j < nk; j += WG) {
+    const float x = j >= begin && j < end ? fcl_score(&mods, srow[j] * c, r, j, nq, nk) : -INFINITY;
+    srow[j] = x == -INFINITY ? 0.0f : exp2(x - mx) * inv;
+  }
+  if (write_lse && lid == 0) lse[grow] = sum == 0.0f ? -INFINITY : (mx + log2(sum)) * FCL_LN2;
 }
 #endif
 

@@ -76,11 +76,32 @@ typedef struct fcl_attention_desc {
      The head_dim elements of one row are contiguous. Offsets: first element of each tensor in its buffer. */
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   int64_t q_offset, k_offset, v_offset, o_offset;
+
+  /* ---- Score modifiers (0.2). Zero-initialised: none, exactly the 0.1 meaning. ----
+     Query row i sits at key position p = i + seqlen_k - seqlen_q. Each score s = scale * q_i . k_j is
+     modified in this order: softcap, ALiBi, additive mask; then the window decides which keys are
+     visible. A row that sees no key (and has no sink) gets O = 0 and lse = -INFINITY. */
+  float softcap;               /* > 0: s = softcap * tanh(s / softcap); 0: off */
+  cl_mem alibi_slopes;         /* float32 slopes; s += -slope[b, h] * |p - j|; NULL: off */
+  int64_t alibi_batch_stride;  /* elements between batches of slopes: 0 = one [num_heads] row for all
+                                  batches, num_heads = [batch, num_heads] */
+  int64_t alibi_offset;        /* element of the first slope */
+  cl_mem mask;                 /* additive mask, s += mask[b, h, i, j] (-INFINITY hides a key); NULL: off */
+  fcl_dtype mask_dtype;        /* FCL_DTYPE_F32, _F16 or _BF16 */
+  int64_t mask_stride[3];      /* elements between (batch, head, row); 0 broadcasts that dimension;
+                                  the seqlen_k entries of one row are contiguous */
+  int64_t mask_offset;         /* element of mask[0, 0, 0, 0] */
+  int window;                  /* 1: sliding window: key j is visible iff p - window_left <= j <= p + window_right */
+  int64_t window_left, window_right; /* -1: unbounded on that side; causal = 1 caps window_right at 0 */
+  cl_mem sinks;                /* float32 [num_heads]: one logit per head added to every row's softmax
+                                  denominator (exp(sink - max)), contributing nothing to O; NULL: off */
+  cl_mem d_sinks;              /* backward only, optional: float32 [num_heads] receives dL/dsink (summed
+                                  over batch and rows); NULL: not computed. The forward ignores it. */
 } fcl_attention_desc;
 
-/* O = softmax(scale * Q K^T [+ mask]) V. lse (optional, float32 [batch, num_heads, seqlen_q]) receives
-   the natural-log sum of exp of each scaled score row (-INFINITY for a causal row that sees no key,
-   whose output is zero). Enqueues on queue; waits on the list; *event (optional) completes when O and
+/* O = softmax(modified scale * Q K^T) V. lse (optional, float32 [batch, num_heads, seqlen_q]) receives
+   the natural-log sum of exp of each modified score row over its visible keys, the sink included
+   (-INFINITY for a row that sees no key and has no sink, whose output is zero). Enqueues on queue; waits on the list; *event (optional) completes when O and
    lse are written; the caller releases it. */
 fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue,
                                  const fcl_attention_desc *desc,

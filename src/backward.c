@@ -40,39 +40,43 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
       (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->heads, p->nq, p->q_stride, "q")) ||
       (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
       (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_heads, p->nk, p->v_stride, "v")) ||
-      (st = fcl_row_count(p, ws_floats)) || (st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats)))
+      (st = fcl_row_count(p, ws_floats)) || (st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats)) ||
+      (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
 
   /* Every buffer written (gradients, workspace) must differ from every other buffer. */
-  const cl_mem outs[4] = {d_q, d_k, d_v, workspace};
-  const char *const out_names[4] = {"d_q", "d_k", "d_v", "workspace"};
-  const cl_mem all[10] = {q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace};
-  const char *const all_names[10] = {"q", "k", "v", "o", "lse", "d_o", "d_q", "d_k", "d_v", "workspace"};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 10; ++j)
-      if (j != 6 + i && outs[i] == all[j])
+  const cl_mem outs[5] = {d_q, d_k, d_v, workspace, p->d_sinks};
+  const char *const out_names[5] = {"d_q", "d_k", "d_v", "workspace", "desc->d_sinks"};
+  const cl_mem all[14] = {q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, p->d_sinks, p->alibi, p->mask, p->sinks};
+  const char *const all_names[14] = {"q",   "k",   "v",         "o",
+                                     "lse", "d_o", "d_q",       "d_k",
+                                     "d_v", "workspace", "desc->d_sinks", "desc->alibi_slopes",
+                                     "desc->mask", "desc->sinks"};
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 14; ++j)
+      if (outs[i] && j != 6 + i && outs[i] == all[j])
         return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                         "%s is the same buffer as %s; outputs must not alias inputs or each other", out_names[i],
                         all_names[j]);
   return FCL_SUCCESS;
 }
 
-static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, char *out, size_t size) {
-  snprintf(out, size, "-DBWD_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d",
-           kind, (int)dtype, t->head_dim, t->dp, t->ds, t->tr, t->tc, t->rm, t->rn, t->dn);
+static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
+  snprintf(out, size, "-DBWD_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d%s",
+           kind, (int)dtype, t->head_dim, t->dp, t->ds, t->tr, t->tc, t->rm, t->rn, t->dn, mods);
 }
 
 /* Plans and builds one tiled backward kernel, re-planning if the compiled kernel admits fewer
    work-items than planned. The caller holds ctx->lock. */
-static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dtype, fcl_tile_plan *plan,
-                               cl_kernel *kernel) {
+static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dtype, const char *mods,
+                               fcl_tile_plan *plan, cl_kernel *kernel) {
   static const char *const names[2] = {"flash_bwd_dkdv", "flash_bwd_dq"};
   size_t kernel_limit = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (fcl_plan_backward(&ctx->caps, which, d, dtype, kernel_limit, plan) != 0)
       return fcl_fail(FCL_ERROR_UNSUPPORTED, "no backward plan on %s: %s", ctx->caps.device_name, plan->reason);
     char defines[512];
-    tile_defines(which + 1, plan, dtype, defines, sizeof defines);
+    tile_defines(which + 1, plan, dtype, mods, defines, sizeof defines);
     fcl_status st = fcl_get_kernel(ctx, backward_files, 2, names[which], defines, kernel);
     if (st) return st;
     size_t wg = 0;
@@ -84,14 +88,38 @@ static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dty
                   names[which], d, ctx->caps.device_name);
 }
 
-fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[3]) {
-  char defines[128];
+/* Work-items of the d_sinks reduction: a power of two the device and kernel admit. */
+static fcl_status dsinks_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_out) {
+  size_t wg = 256;
+  while (wg > fcl_work_group_limit(&ctx->caps, 0) && wg > 1) wg /= 2;
+  for (;;) {
+    char defines[64];
+    snprintf(defines, sizeof defines, "-DBWD_KIND=3 -DDTYPE=0 -DWG=%zu", wg);
+    fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_dsinks", defines, kernel);
+    if (st) return st;
+    size_t limit = 0;
+    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
+    if (wg <= limit) break;
+    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the d_sinks kernel admits no work-group on %s", ctx->caps.device_name);
+    wg /= 2;
+  }
+  *wg_out = wg;
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
+                               size_t *dsinks_wg) {
+  char defines[128], mods[96];
+  fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
   fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_pre", defines, &kernels[0]);
   if (st) return st;
-  if ((st = tiled_kernel(ctx, FCL_BWD_DKDV, (int)p->d, p->dtype, &plans[FCL_BWD_DKDV], &kernels[1])) ||
-      (st = tiled_kernel(ctx, FCL_BWD_DQ, (int)p->d, p->dtype, &plans[FCL_BWD_DQ], &kernels[2])))
+  if ((st = tiled_kernel(ctx, FCL_BWD_DKDV, (int)p->d, p->dtype, mods, &plans[FCL_BWD_DKDV], &kernels[1])) ||
+      (st = tiled_kernel(ctx, FCL_BWD_DQ, (int)p->d, p->dtype, mods, &plans[FCL_BWD_DQ], &kernels[2])))
     return st;
+  kernels[3] = NULL;
+  *dsinks_wg = 0;
+  if (p->d_sinks && (st = dsinks_kernel(ctx, &kernels[3], dsinks_wg))) return st;
   return FCL_SUCCESS;
 }
 
@@ -111,7 +139,7 @@ static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, 
    failing clEnqueueNDRangeKernel after the first (an OpenCL failure, not a bad argument) can leave part
    of the chain enqueued; it then still runs in order and writes only the buffers named as outputs. */
 static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
-                                   const fcl_tile_plan plans[2], cl_kernel kernels[3], cl_mem q, cl_mem k,
+                                   const fcl_tile_plan plans[2], cl_kernel kernels[4], size_t dsinks_wg, cl_mem q, cl_mem k,
                                    cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q, cl_mem d_k,
                                    cl_mem d_v, cl_mem workspace, cl_uint num_wait, const cl_event *wait,
                                    cl_event *event) {
@@ -129,6 +157,13 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   a = 0;
   const cl_mem dq_bufs[7] = {q, k, v, d_o, lse, workspace, d_q};
   if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = fcl_set_problem_args(kernels[2], a, p))) return st;
+  if (kernels[3]) {
+    a = 0;
+    const cl_mem ds_bufs[4] = {lse, workspace, p->sinks, p->d_sinks};
+    if ((st = set_buffers(kernels[3], &a, ds_bufs, 4))) return st;
+    const cl_int ds_ints[3] = {(cl_int)p->heads, (cl_int)p->batch, (cl_int)p->nq};
+    for (int i = 0; i < 3; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[3], a++, sizeof(cl_int), &ds_ints[i]));
+  }
 
   /* The pre-pass: one work-item per query row, in groups of up to 64. */
   size_t pre_wg = 0;
@@ -150,18 +185,25 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
                               (size_t)p->batch};
   const size_t q_local[3] = {(size_t)qp->wg, 1, 1};
 
-  cl_event e_pre = NULL, e_kv = NULL;
+  cl_event e_pre = NULL, e_kv = NULL, e_dq = NULL;
   cl_int err = clEnqueueNDRangeKernel(queue, kernels[0], 3, NULL, pre_global, pre_lsize, num_wait, wait, &e_pre);
   if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_pre)", err);
   err = clEnqueueNDRangeKernel(queue, kernels[1], 3, NULL, kv_global, kv_local, 1, &e_pre, &e_kv);
   if (err != CL_SUCCESS) {
     st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dkdv)", err);
   } else {
-    err = clEnqueueNDRangeKernel(queue, kernels[2], 3, NULL, q_global, q_local, 1, &e_kv, event);
+    err = clEnqueueNDRangeKernel(queue, kernels[2], 3, NULL, q_global, q_local, 1, &e_kv, kernels[3] ? &e_dq : event);
     if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dq)", err);
+  }
+  if (!st && kernels[3]) {
+    /* d_sinks reads Dvec and lse only; it runs last so one event covers every output. */
+    const size_t ds_global = (size_t)p->heads * dsinks_wg;
+    err = clEnqueueNDRangeKernel(queue, kernels[3], 1, NULL, &ds_global, &dsinks_wg, 1, &e_dq, event);
+    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dsinks)", err);
   }
   clReleaseEvent(e_pre);
   if (e_kv) clReleaseEvent(e_kv);
+  if (e_dq) clReleaseEvent(e_dq);
   return st;
 }
 
@@ -176,11 +218,12 @@ fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, cons
   if (st) return st;
   pthread_mutex_lock(&ctx->lock);
   fcl_tile_plan plans[2];
-  cl_kernel kernels[3];
-  st = fcl_select_backward(ctx, &p, plans, kernels);
+  cl_kernel kernels[4];
+  size_t dsinks_wg = 0;
+  st = fcl_select_backward(ctx, &p, plans, kernels, &dsinks_wg);
   if (!st)
-    st = enqueue_backward(ctx, queue, &p, plans, kernels, q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, num_wait,
-                          wait, event);
+    st = enqueue_backward(ctx, queue, &p, plans, kernels, dsinks_wg, q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace,
+                          num_wait, wait, event);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
@@ -189,8 +232,9 @@ fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_pla
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&ctx->lock);
   fcl_tile_plan plans[2];
-  cl_kernel kernels[3];
-  fcl_status st = fcl_select_backward(ctx, p, plans, kernels);
+  cl_kernel kernels[4];
+  size_t dsinks_wg = 0;
+  fcl_status st = fcl_select_backward(ctx, p, plans, kernels, &dsinks_wg);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];

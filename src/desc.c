@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const tensor_names[4] = {"q", "k", "v", "o"};
@@ -25,6 +26,71 @@ fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
                     (long long)p->batch, (long long)p->heads, (long long)p->nq);
   *rows = (size_t)n;
   return FCL_SUCCESS;
+}
+
+/* The score modifiers of desc into p (after p's sizes): ranges checked here, buffers by fcl_check_modifiers. */
+static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem *p) {
+  if (!isfinite(desc->softcap) || desc->softcap < 0.0f)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->softcap is %g; it must be 0 (off) or positive and finite",
+                    (double)desc->softcap);
+  p->softcap = desc->softcap;
+  if (desc->window != 0 && desc->window != 1)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->window is %d; it must be 0 or 1", desc->window);
+  int64_t left = -1, right = -1;
+  if (desc->window) {
+    if (desc->window_left < -1 || desc->window_right < -1)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "desc->window_left and window_right are %lld and %lld; each must be -1 (unbounded) or >= 0",
+                      (long long)desc->window_left, (long long)desc->window_right);
+    left = desc->window_left, right = desc->window_right;
+  }
+  if (p->causal) right = 0; /* causal is the window's right side 0, with or without a window */
+  /* p - j never exceeds nk - 1 and j - p never exceeds nq - 1, so nk and nq stand for unbounded. */
+  p->wl = left < 0 || left > p->nk ? p->nk : left;
+  p->wr = right < 0 || right > p->nq ? p->nq : right;
+
+  p->alibi = desc->alibi_slopes;
+  if (p->alibi) {
+    if (desc->alibi_batch_stride < 0 || desc->alibi_offset < 0)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "desc->alibi_batch_stride (%lld) and desc->alibi_offset (%lld) must not be negative",
+                      (long long)desc->alibi_batch_stride, (long long)desc->alibi_offset);
+    p->alibi_sb = desc->alibi_batch_stride, p->alibi_offset = desc->alibi_offset;
+  }
+  p->mask = desc->mask;
+  if (p->mask) {
+    if (desc->mask_dtype != FCL_DTYPE_F32 && desc->mask_dtype != FCL_DTYPE_F16 && desc->mask_dtype != FCL_DTYPE_BF16)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "desc->mask_dtype is %d; it must be FCL_DTYPE_F32, FCL_DTYPE_F16 or FCL_DTYPE_BF16",
+                      (int)desc->mask_dtype);
+    p->mask_dtype = desc->mask_dtype;
+    for (int i = 0; i < 3; ++i) {
+      if (desc->mask_stride[i] < 0)
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_stride[%d] is %lld; it must not be negative", i,
+                        (long long)desc->mask_stride[i]);
+      p->mask_stride[i] = desc->mask_stride[i];
+    }
+    if (desc->mask_offset < 0)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_offset is %lld; it must not be negative",
+                      (long long)desc->mask_offset);
+    p->mask_offset = desc->mask_offset;
+  }
+  p->sinks = desc->sinks;
+  p->d_sinks = desc->d_sinks;
+  if (p->d_sinks && !p->sinks)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->d_sinks is set but desc->sinks is NULL");
+  return FCL_SUCCESS;
+}
+
+int fcl_problem_windowed(const fcl_problem *p) { return p->wl < p->nk || p->wr < p->nq; }
+
+void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size) {
+  snprintf(out, size, "%s%s%s%s", p->softcap > 0.0f ? " -DSOFTCAP=1" : "", p->alibi ? " -DALIBI=1" : "",
+           !p->mask                              ? ""
+           : p->mask_dtype == FCL_DTYPE_F32      ? " -DMASK=1"
+           : p->mask_dtype == FCL_DTYPE_F16      ? " -DMASK=2"
+                                                 : " -DMASK=3",
+           p->sinks ? " -DSINKS=1" : "");
 }
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
@@ -74,6 +140,8 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   p->dtype = desc->dtype;
   p->scale = desc->scale != 0.0f ? desc->scale : (float)(1.0 / sqrt((double)desc->head_dim));
   p->causal = desc->causal;
+  fcl_status st = resolve_modifiers(desc, p);
+  if (st) return st;
 
   const int64_t *strides[4] = {desc->q_stride, desc->k_stride, desc->v_stride, desc->o_stride};
   int64_t *resolved[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
@@ -134,7 +202,7 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
     if (mul_add((uint64_t)(counts[i] - 1), (uint64_t)stride[i], last, &last))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: stride[%d] = %lld reaches beyond any buffer", what, i,
                       (long long)stride[i]);
-  uint64_t need;
+  uint64_t need = 0;
   if (mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: its strides and offset reach beyond any buffer", what);
   if (need > size)
@@ -203,5 +271,47 @@ fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait) {
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait, wait ? "not NULL" : "NULL");
   for (cl_uint i = 0; i < num_wait; ++i)
     if (!wait[i]) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is NULL", i);
+  return FCL_SUCCESS;
+}
+
+/* A float32 buffer of ctx's context holding elements [first, first + count). */
+static fcl_status check_float_range(const fcl_context *ctx, cl_mem buf, const char *what, uint64_t first,
+                                    uint64_t count) {
+  size_t size = 0;
+  fcl_status st = check_mem_context(ctx, buf, what, &size);
+  if (st) return st;
+  uint64_t need = 0;
+  if (mul_add(1, first, count, &need) || mul_add(need, sizeof(float), 0, &need) || need > size)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %llu bytes but holds %zu", what,
+                    (unsigned long long)need, size);
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p) {
+  fcl_status st;
+  if (p->alibi) {
+    uint64_t first; /* of the last batch's slopes */
+    if (mul_add((uint64_t)(p->batch - 1), (uint64_t)p->alibi_sb, (uint64_t)p->alibi_offset, &first))
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->alibi_batch_stride and alibi_offset reach beyond any buffer");
+    if ((st = check_float_range(ctx, p->alibi, "desc->alibi_slopes", first, (uint64_t)p->heads))) return st;
+  }
+  if (p->sinks && (st = check_float_range(ctx, p->sinks, "desc->sinks", 0, (uint64_t)p->heads))) return st;
+  if (p->mask) {
+    size_t size = 0;
+    if ((st = check_mem_context(ctx, p->mask, "desc->mask", &size))) return st;
+    const int64_t counts[3] = {p->batch, p->heads, p->nq};
+    uint64_t last = (uint64_t)p->nk - 1;
+    if (mul_add(1, (uint64_t)p->mask_offset, last, &last))
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_offset is beyond any buffer");
+    for (int i = 0; i < 3; ++i)
+      if (mul_add((uint64_t)(counts[i] - 1), (uint64_t)p->mask_stride[i], last, &last))
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_stride[%d] reaches beyond any buffer", i);
+    uint64_t need = 0;
+    const size_t es = p->mask_dtype == FCL_DTYPE_F32 ? 4 : 2;
+    if (mul_add(last + 1, es, 0, &need) || need > size)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "desc->mask is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes",
+                      (unsigned long long)need, size);
+  }
   return FCL_SUCCESS;
 }

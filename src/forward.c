@@ -18,12 +18,14 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
       (st = fcl_check_tensor(ctx, v, "v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
       (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
       (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
-      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_wait_list(num_wait, wait)))
+      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) ||
+      (st = fcl_check_wait_list(num_wait, wait)))
     return st;
   /* The outputs must not alias an input or each other. */
-  const cl_mem inputs[3] = {q, k, v};
-  const char *const names[3] = {"q", "k", "v"};
-  for (int i = 0; i < 3; ++i) {
+  const cl_mem inputs[6] = {q, k, v, p->alibi, p->mask, p->sinks};
+  const char *const names[6] = {"q", "k", "v", "desc->alibi_slopes", "desc->mask", "desc->sinks"};
+  for (int i = 0; i < 6; ++i) {
+    if (!inputs[i]) continue;
     if (o == inputs[i])
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o is the same buffer as %s; outputs must not alias inputs",
                       names[i]);
@@ -35,16 +37,16 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
   return FCL_SUCCESS;
 }
 
-static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, char *out, size_t size) {
+static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
   snprintf(out, size,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d",
-           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt);
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s",
+           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt, mods);
 }
 
-fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, cl_kernel *kernel,
-                                       size_t *kernel_wg) {
+fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
+                                       cl_kernel *kernel, size_t *kernel_wg) {
   char defines[512];
-  portable_defines(plan, dtype, defines, sizeof defines);
+  portable_defines(plan, dtype, mods, defines, sizeof defines);
   fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
   if (st) return st;
   FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *kernel_wg, kernel_wg,
@@ -52,15 +54,15 @@ fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *pl
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, int tuned,
-                                fcl_tile_plan *plan, cl_kernel *kernel) {
+fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
+                                int tuned, fcl_tile_plan *plan, cl_kernel *kernel) {
   size_t kernel_limit = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
     if ((!tuned || fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0) &&
         fcl_plan_forward(caps, d, dtype, kernel_limit, plan) != 0)
       return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
     size_t wg = 0;
-    fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, kernel, &wg);
+    fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, mods, kernel, &wg);
     if (st) return st;
     if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
     kernel_limit = wg;
@@ -80,9 +82,10 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
     snprintf(why, why_size, "the tensor-core kernel for this head_dim and dtype failed to build earlier");
     return -1;
   }
-  char defines[256];
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb);
+  char defines[320], mods[96];
+  fcl_modifier_defines(p, mods, sizeof mods);
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d%s",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, mods);
   const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel);
   if (st != FCL_SUCCESS) {
     if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
@@ -111,7 +114,9 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   } else {
     snprintf(why, sizeof why, "%s", nv.reason);
   }
-  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, 1, plan, kernel);
+  char mods[96];
+  fcl_modifier_defines(p, mods, sizeof mods);
+  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, 1, plan, kernel);
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (!st && (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY)))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
@@ -125,9 +130,23 @@ fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *
     const cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
     for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &vals[j]));
   }
-  const cl_int ints[5] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk, p->causal};
-  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
+  const cl_int ints[4] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk};
+  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
+  return fcl_set_modifier_args(kernel, &a, p);
+}
+
+fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {
+  const cl_int window[2] = {(cl_int)p->wl, (cl_int)p->wr};
+  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_int), &window[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_float), &p->softcap));
+  const cl_long alibi[2] = {p->alibi_offset, p->alibi_sb};
+  const cl_long mask[4] = {p->mask_offset, p->mask_stride[0], p->mask_stride[1], p->mask_stride[2]};
+  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->alibi ? &p->alibi : NULL));
+  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &alibi[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->mask ? &p->mask : NULL));
+  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &mask[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->sinks ? &p->sinks : NULL));
   return FCL_SUCCESS;
 }
 

@@ -210,7 +210,26 @@ typedef struct fcl_problem {
   int causal;
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   int64_t q_offset, k_offset, v_offset, o_offset;
+  /* Score modifiers. The window, causal folded in, as the kernels take it: key j is visible from row i
+     iff p - wl <= j <= p + wr with p = i + nk - nq; wl in [0, nk] and wr in [0, nq], where nk and nq mean
+     unbounded (every key of the row's range then passes). */
+  int64_t wl, wr;
+  float softcap; /* 0: off */
+  cl_mem alibi;  /* NULL: off */
+  int64_t alibi_sb, alibi_offset;
+  cl_mem mask; /* NULL: off */
+  fcl_dtype mask_dtype;
+  int64_t mask_stride[3], mask_offset;
+  cl_mem sinks, d_sinks; /* NULL: off */
 } fcl_problem;
+
+/* 1 when some key is hidden from some row by the window (a causal mask included). */
+int fcl_problem_windowed(const fcl_problem *p);
+/* The -D defines of the modifiers p uses (SOFTCAP, ALIBI, MASK, SINKS; common.cl), "" for none. */
+void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
+/* Sets the modifier arguments every attention kernel takes (FCL_MOD_ARGS in common.cl) from index a on;
+   *a is advanced past them. */
+fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
 /* Checks that buf belongs to ctx's cl_context and holds every element of a [batch, heads, rows, d]
@@ -222,6 +241,8 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
    fcl_check_tensor. */
 fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
                                 const int64_t stride[3], const char *desc_field);
+/* Checks the modifiers' buffers (ALiBi slopes, mask, sinks): context and size for p. */
+fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p);
 /* batch * heads * seqlen_q (lse elements), checked against overflow. */
 fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
@@ -238,15 +259,15 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel);
 /* The built portable forward kernel of plan for dtype, and the work-items it admits (*kernel_wg). Caller
    holds ctx->lock. */
-fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, cl_kernel *kernel,
-                                       size_t *kernel_wg);
+fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
+                                       cl_kernel *kernel, size_t *kernel_wg);
 /* The portable forward's plan for (d, dtype) on caps (tuned: the shape fcl_tune_forward recorded for the
    context first, else the rule) and its built kernel, re-planned if the compiled kernel admits fewer
    work-items than planned. Caller holds ctx->lock. */
-fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, int tuned,
-                                fcl_tile_plan *plan, cl_kernel *kernel);
+fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
+                                int tuned, fcl_tile_plan *plan, cl_kernel *kernel);
 /* Sets the problem's arguments every attention kernel takes after its buffers, from index a on: the offset
-   and three strides of q, k, v and o, then num_heads, group, nq, nk, causal and scale. */
+   and three strides of q, k, v and o, then num_heads, group, nq, nk, scale and the modifiers (FCL_MOD_ARGS). */
 fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *p);
 /* Sets kernel's arguments for p and plan and enqueues one forward. Caller holds ctx->lock. */
 fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
@@ -266,8 +287,10 @@ size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which);
 int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_dtype dtype,
                       size_t kernel_max_wg, fcl_tile_plan *out);
 /* Plans and builds the backward kernels for p: plans[FCL_BWD_DKDV], plans[FCL_BWD_DQ]; kernels[0] the
-   pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ. Caller holds ctx->lock. */
-fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[3]);
+   pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ, kernels[3] the d_sinks reduction of
+   *dsinks_wg work-items per head (NULL and 0 without desc->d_sinks). Caller holds ctx->lock. */
+fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
+                               size_t *dsinks_wg);
 /* fcl_describe_plan's answer for FCL_OP_BACKWARD: block_q the dQ kernel's query rows per work-group,
    block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
    work_groups both launches together. Takes ctx->lock itself. */

@@ -2,7 +2,7 @@
  * the materialized score matrix, with CLBlast:
  *
  *   S = Q K^T                 CLBlastSgemmStridedBatched, one batch entry per (batch, head) pair
- *   P = softmax(scale * S)    fcl_softmax_rows (cl/softmax.cl): causal mask, lse, P written over S
+ *   P = softmax(scale * S)    fcl_softmax_rows (cl/softmax.cl): window, score modifiers, sinks, lse; P over S
  *   O = P V                   CLBlastSgemmStridedBatched
  *
  * Device memory this allocates per call (released before returning; see below), for a chunk of C
@@ -147,12 +147,12 @@ size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *d
 static const char *const ref_files[] = {"common.cl", "softmax.cl"};
 
 /* Work-group size of the softmax kernel: a power of two up to 256 that the device and kernel admit. */
-static fcl_status softmax_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_out) {
+static fcl_status softmax_kernel(fcl_context *ctx, const char *mods, cl_kernel *kernel, size_t *wg_out) {
   size_t wg = 256;
   while (wg > ctx->caps.max_work_group_size && wg > 1) wg /= 2;
   for (;;) {
-    char defines[64];
-    snprintf(defines, sizeof defines, "-DDTYPE=0 -DWG=%zu", wg);
+    char defines[160];
+    snprintf(defines, sizeof defines, "-DDTYPE=0 -DWG=%zu%s", wg, mods);
     fcl_status st = fcl_get_kernel(ctx, ref_files, 2, "fcl_softmax_rows", defines, kernel);
     if (st) return st;
     size_t limit = 0;
@@ -220,14 +220,22 @@ typedef struct kernel_arg {
 } kernel_arg;
 #define ARG(x) ((kernel_arg){sizeof(x), &(x)})
 
-/* Sets the arguments of a shared kernel and enqueues it, under the context lock; every call checked. */
+/* Sets the arguments of a shared kernel (then the modifiers' when mods) and enqueues it, under the context
+   lock; every call checked. */
 static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel_arg *args, cl_uint nargs,
-                         size_t global, const size_t *local) {
+                         const fcl_problem *mods, size_t global, const size_t *local) {
   cl_event ev = NULL;
   cl_int err = CL_SUCCESS;
   const char *call = "clSetKernelArg";
   pthread_mutex_lock(&r->ctx->lock);
   for (cl_uint a = 0; a < nargs && err == CL_SUCCESS; ++a) err = clSetKernelArg(k, a, args[a].size, args[a].value);
+  if (err == CL_SUCCESS && mods) {
+    cl_uint a = nargs;
+    if (fcl_set_modifier_args(k, &a, mods)) {
+      pthread_mutex_unlock(&r->ctx->lock);
+      return FCL_ERROR_OPENCL; /* fcl_set_modifier_args named the failing call */
+    }
+  }
   if (err == CL_SUCCESS) {
     call = "clEnqueueNDRangeKernel";
     err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, local, 0, NULL, &ev);
@@ -252,7 +260,7 @@ static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, i
   const cl_long total = (cl_long)count * rows * d;
   const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh),   ARG(sn), ARG(r->copy[t]),
                              ARG(first_l), ARG(heads), ARG(group), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], round_up((size_t)total, 64),
+  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], NULL, round_up((size_t)total, 64),
                 NULL);
 }
 
@@ -263,19 +271,19 @@ static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t
   const cl_long total = (cl_long)count * rows * d;
   const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off),  ARG(sb), ARG(sh),   ARG(sn),
                              ARG(first_l),        ARG(heads), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], round_up((size_t)total, 64),
+  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], NULL, round_up((size_t)total, 64),
                 NULL);
 }
 
 static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t count) {
   const fcl_problem *p = r->p;
   const cl_long lse_first = first * p->nq;
-  const cl_int nq = (cl_int)p->nq, nk = (cl_int)p->nk, causal = p->causal, write_lse = lse != NULL;
+  const cl_int heads = (cl_int)p->heads, nq = (cl_int)p->nq, nk = (cl_int)p->nk, write_lse = lse != NULL;
   const size_t local = r->softmax_wg, global = (size_t)count * (size_t)p->nq * local;
   cl_mem lse_arg = lse ? lse : r->scratch_s; /* never written when write_lse is 0 */
-  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg), ARG(lse_first), ARG(nq),
-                             ARG(nk),           ARG(causal),  ARG(p->scale),  ARG(write_lse)};
-  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], global, &local);
+  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg),    ARG(lse_first), ARG(heads),
+                             ARG(nq),           ARG(nk),         ARG(p->scale),  ARG(write_lse)};
+  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], p, global, &local);
 }
 
 /* One chunk of pairs [first, first + count): copies in, S = Q K^T, softmax, O = P V, copy out. */
@@ -384,7 +392,9 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   pthread_mutex_lock(&ctx->lock);
   char defines[32];
   snprintf(defines, sizeof defines, "-DDTYPE=%d", (int)p.dtype);
-  st = softmax_kernel(ctx, &r.softmax, &r.softmax_wg);
+  char mods[96];
+  fcl_modifier_defines(&p, mods, sizeof mods);
+  st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
   if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K] && rp.plain[REF_V]))
     st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_rows", defines, &r.gather);
   if (!st && !rp.plain[REF_O]) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_rows", defines, &r.scatter);

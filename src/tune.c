@@ -270,6 +270,9 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   memset(scratch.q_stride, 0, sizeof scratch.q_stride), memset(scratch.k_stride, 0, sizeof scratch.k_stride);
   memset(scratch.v_stride, 0, sizeof scratch.v_stride), memset(scratch.o_stride, 0, sizeof scratch.o_stride);
   scratch.q_offset = scratch.k_offset = scratch.v_offset = scratch.o_offset = 0;
+  /* Shapes are tuned on the kernel without score modifiers; a record serves every modifier. */
+  scratch.softcap = 0.0f, scratch.window = 0;
+  scratch.alibi_slopes = scratch.mask = scratch.sinks = scratch.d_sinks = NULL;
   if ((st = fcl_resolve_problem(&scratch, &p))) return st;
   cl_command_queue_properties props = 0;
   FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));
@@ -296,7 +299,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   fcl_tile_plan def, best;
   cl_kernel def_kernel;
   pthread_mutex_lock(&ctx->lock);
-  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, 0, &def, &def_kernel);
+  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, &def, &def_kernel);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
 
@@ -332,7 +335,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     size_t wg = 0;
     double ms = 0;
     pthread_mutex_lock(&ctx->lock);
-    st = fcl_forward_portable_kernel(ctx, &t, p.dtype, &kernel, &wg);
+    st = fcl_forward_portable_kernel(ctx, &t, p.dtype, "", &kernel, &wg);
     pthread_mutex_unlock(&ctx->lock);
     if (!st && wg >= (size_t)t.wg) st = time_plan(ctx, queue, &p, &t, kernel, &b, &ms);
     else if (!st) st = FCL_ERROR_UNSUPPORTED;

@@ -10,151 +10,8 @@ double backward_tolerance(fcl_dtype t) {
   return t == FCL_DTYPE_F32 ? BWD_TOL_F32 : t == FCL_DTYPE_F16 ? BWD_TOL_F16 : BWD_TOL_BF16;
 }
 
-typedef struct dims {
-  long long B, H, Hkv, G, Nq, Nk, D;
-  double scale;
-  int causal;
-} dims;
-
-static dims get_dims(const fcl_attention_desc *desc) {
-  dims s;
-  s.B = desc->batch, s.H = desc->num_heads, s.Hkv = desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads;
-  s.G = s.H / s.Hkv;
-  s.Nq = desc->seqlen_q, s.Nk = desc->seqlen_k, s.D = desc->head_dim;
-  s.scale = desc->scale != 0.0f ? (double)desc->scale : 1.0 / sqrt((double)s.D);
-  s.causal = desc->causal;
-  return s;
-}
-
-/* The last key query row i sees (-1: none). */
-static long long last_key(const dims *s, long long i) {
-  long long last = s->causal ? i + s->Nk - s->Nq : s->Nk - 1;
-  return last < s->Nk - 1 ? last : s->Nk - 1;
-}
-
-void reference_forward_f64(const fcl_attention_desc *desc, const double *q, const double *k, const double *v,
-                           double *o, double *lse) {
-  const dims s = get_dims(desc);
-  double *p = malloc((size_t)s.Nk * sizeof(double));
-  for (long long b = 0; b < s.B; ++b)
-    for (long long h = 0; h < s.H; ++h) {
-      const long long hk = h / s.G;
-      const double *qh = q + (size_t)((b * s.H + h) * s.Nq * s.D);
-      const double *kh = k + (size_t)((b * s.Hkv + hk) * s.Nk * s.D);
-      const double *vh = v + (size_t)((b * s.Hkv + hk) * s.Nk * s.D);
-      for (long long i = 0; i < s.Nq; ++i) {
-        double *oi = o + (size_t)(((b * s.H + h) * s.Nq + i) * s.D);
-        const long long last = last_key(&s, i);
-        double m = -INFINITY;
-        for (long long j = 0; j <= last; ++j) {
-          double acc = 0;
-          for (long long d = 0; d < s.D; ++d) acc += qh[i * s.D + d] * kh[j * s.D + d];
-          p[j] = acc * s.scale;
-          if (p[j] > m) m = p[j];
-        }
-        for (long long d = 0; d < s.D; ++d) oi[d] = 0;
-        if (last < 0) {
-          lse[(b * s.H + h) * s.Nq + i] = -INFINITY;
-          continue;
-        }
-        double l = 0;
-        for (long long j = 0; j <= last; ++j) l += (p[j] = exp(p[j] - m));
-        for (long long j = 0; j <= last; ++j)
-          for (long long d = 0; d < s.D; ++d) oi[d] += p[j] / l * vh[j * s.D + d];
-        lse[(b * s.H + h) * s.Nq + i] = m + log(l);
-      }
-    }
-  free(p);
-}
-
-void reference_backward(const fcl_attention_desc *desc, const double *q, const double *k, const double *v,
-                        const double *d_o, double *o_out, double *lse_out, double *dq, double *dk, double *dv) {
-  const dims s = get_dims(desc);
-  const size_t nq_elems = (size_t)(s.B * s.H * s.Nq * s.D), nk_elems = (size_t)(s.B * s.Hkv * s.Nk * s.D);
-  double *o = o_out ? o_out : malloc(nq_elems * sizeof(double));
-  double *lse = lse_out ? lse_out : malloc((size_t)(s.B * s.H * s.Nq) * sizeof(double));
-  reference_forward_f64(desc, q, k, v, o, lse);
-  memset(dq, 0, nq_elems * sizeof(double));
-  memset(dk, 0, nk_elems * sizeof(double));
-  memset(dv, 0, nk_elems * sizeof(double));
-  for (long long b = 0; b < s.B; ++b)
-    for (long long h = 0; h < s.H; ++h) {
-      const long long hk = h / s.G;
-      const size_t qo = (size_t)((b * s.H + h) * s.Nq * s.D), ko = (size_t)((b * s.Hkv + hk) * s.Nk * s.D);
-      for (long long i = 0; i < s.Nq; ++i) {
-        const double l = lse[(b * s.H + h) * s.Nq + i];
-        const long long last = last_key(&s, i);
-        const double *qi = q + qo + (size_t)(i * s.D), *doi = d_o + qo + (size_t)(i * s.D);
-        const double *oi = o + qo + (size_t)(i * s.D);
-        double *dqi = dq + qo + (size_t)(i * s.D);
-        double Di = 0;
-        for (long long d = 0; d < s.D; ++d) Di += doi[d] * oi[d];
-        for (long long j = 0; j <= last; ++j) {
-          const double *kj = k + ko + (size_t)(j * s.D), *vj = v + ko + (size_t)(j * s.D);
-          double sc = 0, dp = 0;
-          for (long long d = 0; d < s.D; ++d) {
-            sc += qi[d] * kj[d];
-            dp += doi[d] * vj[d];
-          }
-          const double p = exp(sc * s.scale - l);
-          const double ds = p * (dp - Di);
-          double *dkj = dk + ko + (size_t)(j * s.D), *dvj = dv + ko + (size_t)(j * s.D);
-          for (long long d = 0; d < s.D; ++d) {
-            dvj[d] += p * doi[d];
-            dkj[d] += s.scale * ds * qi[d];
-            dqi[d] += s.scale * ds * kj[d];
-          }
-        }
-      }
-    }
-  if (!o_out) free(o);
-  if (!lse_out) free(lse);
-}
-
-static double loss(const fcl_attention_desc *desc, const double *q, const double *k, const double *v,
-                   const double *d_o, double *o, double *lse, size_t nq_elems) {
-  reference_forward_f64(desc, q, k, v, o, lse);
-  double acc = 0;
-  for (size_t i = 0; i < nq_elems; ++i) acc += o[i] * d_o[i];
-  return acc;
-}
-
-double finite_difference_error(const fcl_attention_desc *desc) {
-  const dims s = get_dims(desc);
-  const size_t nq_elems = (size_t)(s.B * s.H * s.Nq * s.D), nk_elems = (size_t)(s.B * s.Hkv * s.Nk * s.D);
-  double *q = malloc(nq_elems * sizeof(double)), *d_o = malloc(nq_elems * sizeof(double));
-  double *k = malloc(nk_elems * sizeof(double)), *v = malloc(nk_elems * sizeof(double));
-  double *dq = malloc(nq_elems * sizeof(double)), *dk = malloc(nk_elems * sizeof(double));
-  double *dv = malloc(nk_elems * sizeof(double)), *o = malloc(nq_elems * sizeof(double));
-  double *lse = malloc((size_t)(s.B * s.H * s.Nq) * sizeof(double));
-  for (size_t i = 0; i < nq_elems; ++i) q[i] = test_uniform(), d_o[i] = test_uniform();
-  for (size_t i = 0; i < nk_elems; ++i) k[i] = test_uniform(), v[i] = test_uniform();
-  reference_backward(desc, q, k, v, d_o, NULL, NULL, dq, dk, dv);
-  double *inputs[3] = {q, k, v};
-  const double *grads[3] = {dq, dk, dv};
-  const size_t counts[3] = {nq_elems, nk_elems, nk_elems};
-  const double eps = 1e-5;
-  double worst = 0, scale = 1;
-  for (int t = 0; t < 3; ++t)
-    for (size_t i = 0; i < counts[t]; ++i)
-      if (fabs(grads[t][i]) > scale) scale = fabs(grads[t][i]);
-  for (int t = 0; t < 3; ++t)
-    for (size_t i = 0; i < counts[t]; ++i) {
-      const double x = inputs[t][i];
-      inputs[t][i] = x + eps;
-      const double up = loss(desc, q, k, v, d_o, o, lse, nq_elems);
-      inputs[t][i] = x - eps;
-      const double down = loss(desc, q, k, v, d_o, o, lse, nq_elems);
-      inputs[t][i] = x;
-      const double e = fabs((up - down) / (2 * eps) - grads[t][i]) / scale;
-      if (!(e <= worst)) worst = e; /* NaN propagates */
-    }
-  free(q), free(k), free(v), free(d_o), free(dq), free(dk), free(dv), free(o), free(lse);
-  return worst;
-}
-
 static fwd_case as_forward_case(const bwd_case *c) {
-  return (fwd_case){c->b, c->h, c->hkv, c->nq, c->nk, c->d, c->dtype, c->causal, c->layout, c->scale, 1};
+  return (fwd_case){c->b, c->h, c->hkv, c->nq, c->nk, c->d, c->dtype, c->causal, c->layout, c->scale, 1, c->mods};
 }
 
 static void describe(const bwd_case *c, char *out, size_t size) {
@@ -163,11 +20,6 @@ static void describe(const bwd_case *c, char *out, size_t size) {
   if (c->from_forward) strncat(out, " o,lse from forward", size - strlen(out) - 1);
 }
 
-static double *to_double(const float *x, size_t n) {
-  double *y = malloc(n * sizeof(double));
-  for (size_t i = 0; i < n; ++i) y[i] = x[i];
-  return y;
-}
 
 int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, int determinism,
                       const char *label) {
@@ -189,6 +41,9 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   const size_t nq_elems = nrows * (size_t)c->d, nk_elems = (size_t)(c->b * hkv * c->nk * c->d);
   cl_mem lse = create_float_buffer(env, nrows, NAN), ws = NULL;
   int result = 1;
+  mod_buffers mb;
+  memset(&mb, 0, sizeof mb);
+  cl_mem d_sinks = NULL;
   double *rq = NULL, *rk = NULL, *rv = NULL, *ro = NULL, *rlse = NULL, *gq = NULL, *gk = NULL, *gv = NULL,
          *rdo = NULL;
   float *first[3] = {NULL, NULL, NULL}, *lse_host = NULL;
@@ -199,13 +54,20 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   fcl_attention_desc desc;
   const fwd_case fc = as_forward_case(c);
   case_desc(&fc, &q, &k, &v, &o, &desc);
+  if (mods_create(env, &c->mods, &desc, &mb) ||
+      (c->mods.sinks && !(d_sinks = create_float_buffer(env, (size_t)c->h, NAN)))) {
+    check(0, "%s %s: could not allocate the modifiers' buffers", label, what);
+    goto out;
+  }
+  desc.d_sinks = d_sinks;
+  double ref_dsinks[64];
 
   /* float64 reference from the dtype-rounded inputs. */
   rq = to_double(q.host, nq_elems), rk = to_double(k.host, nk_elems), rv = to_double(v.host, nk_elems);
   rdo = to_double(d_o.host, nq_elems);
   ro = malloc(nq_elems * sizeof(double)), rlse = malloc(nrows * sizeof(double));
   gq = malloc(nq_elems * sizeof(double)), gk = malloc(nk_elems * sizeof(double)), gv = malloc(nk_elems * sizeof(double));
-  reference_backward(&desc, rq, rk, rv, rdo, ro, rlse, gq, gk, gv);
+  reference_backward(&desc, &mb.host, rq, rk, rv, rdo, ro, rlse, gq, gk, gv, d_sinks ? ref_dsinks : NULL);
 
   fcl_status st;
   if (c->from_forward) {
@@ -281,6 +143,12 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   }
   if (prev) clReleaseEvent(prev);
 
+  /* d_sinks: a sum over batches and rows in float32, compared as one vector. */
+  double es = 0, ms = 0;
+  if (d_sinks) {
+    float got[64];
+    es = read_floats(env, d_sinks, got, (size_t)c->h) == 0 ? rel_error(got, ref_dsinks, (size_t)c->h, &ms) : INFINITY;
+  }
   double mq, mk, mv;
   const double eq = rel_error(first[0], gq, nq_elems, &mq);
   const double ek = rel_error(first[1], gk, nk_elems, &mk);
@@ -297,9 +165,11 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
     }
   }
   const double tol = backward_tolerance(c->dtype);
-  const int ok = eq <= tol && ek <= tol && ev <= tol && same && nonzero == 0;
-  check(ok, "%s %s: rel dq %.2e dk %.2e dv %.2e (bound %.0e), max abs %.1e %.1e %.1e%s%s", label, what, eq, ek, ev,
-        tol, mq, mk, mv, determinism ? (same ? ", 2 runs bitwise equal" : ", RUNS DIFFER") : "",
+  const int ok = eq <= tol && ek <= tol && ev <= tol && es <= tol && same && nonzero == 0;
+  char sinks_text[64] = "";
+  if (d_sinks) snprintf(sinks_text, sizeof sinks_text, ", d_sinks rel %.2e", es);
+  check(ok, "%s %s: rel dq %.2e dk %.2e dv %.2e (bound %.0e), max abs %.1e %.1e %.1e%s%s%s", label, what, eq, ek, ev,
+        tol, mq, mk, mv, sinks_text, determinism ? (same ? ", 2 runs bitwise equal" : ", RUNS DIFFER") : "",
         empty_rows ? (nonzero ? ", NONZERO dq in rows with no key" : ", rows with no key: dq = 0") : "");
   result = ok ? 0 : 1;
 out:
@@ -309,5 +179,7 @@ out:
   tensor_release(&dq), tensor_release(&dk), tensor_release(&dv);
   if (lse) clReleaseMemObject(lse);
   if (ws) clReleaseMemObject(ws);
+  if (d_sinks) clReleaseMemObject(d_sinks);
+  mods_release(&mb);
   return result;
 }

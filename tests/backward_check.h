@@ -4,6 +4,7 @@
 #ifndef FLASHCL_BACKWARD_CHECK_H
 #define FLASHCL_BACKWARD_CHECK_H
 
+#include "test_mods.h"
 #include "test_util.h"
 
 typedef struct bwd_case {
@@ -13,6 +14,7 @@ typedef struct bwd_case {
   int layout;       /* LAYOUT_* for every tensor */
   float scale;      /* 0: default */
   int from_forward; /* o and lse from fcl_attention_forward instead of the host reference */
+  test_mods mods;   /* score modifiers; zero: none (sinks: d_sinks is checked too; at most 64 heads) */
 } bwd_case;
 
 /* ||grad - ref|| / ||ref|| bounds for each of dQ, dK, dV. The inputs are the same dtype-rounded values on
@@ -23,17 +25,6 @@ typedef struct bwd_case {
 #define BWD_TOL_BF16 1.6e-2
 
 double backward_tolerance(fcl_dtype t);
-
-/* float64 forward from float64 inputs, logical [B,H,N,D] layouts: o and lse (-inf for rows with no key). */
-void reference_forward_f64(const fcl_attention_desc *desc, const double *q, const double *k, const double *v,
-                           double *o, double *lse);
-/* float64 gradients of L = sum(O * dO) with respect to q, k, v (dk, dv summed over each kv head's group).
-   o and lse (may be NULL) receive the forward's outputs. */
-void reference_backward(const fcl_attention_desc *desc, const double *q, const double *k, const double *v,
-                        const double *d_o, double *o, double *lse, double *dq, double *dk, double *dv);
-/* Checks reference_backward against central finite differences of L on desc (a tiny shape) with random
-   inputs; returns max |fd - analytic| / max(1, max |analytic|) over every element of q, k and v. */
-double finite_difference_error(const fcl_attention_desc *desc);
 
 /* Runs one case and reports its check lines. determinism: also run a second time and compare bitwise.
    Returns 0 pass, 1 fail, 2 skipped (unsupported on the device). */

@@ -13,6 +13,7 @@ void describe_case(const fwd_case *c, char *out, size_t size) {
   snprintf(out, size, "B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s %s%s", c->b, c->h, c->hkv ? c->hkv : c->h,
            c->nq, c->nk, c->d, dtype_name(c->dtype), c->causal ? " causal" : "", layouts[c->layout],
            c->scale != 0.0f ? " scale" : "");
+  mods_describe(&c->mods, out, size);
 }
 
 void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
@@ -39,12 +40,13 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   const size_t nrows = (size_t)(c->b * c->h * c->nq);
   cl_mem lse = c->with_lse ? create_float_buffer(env, nrows, NAN) : NULL;
   int result = 1;
-  if (setup || (c->with_lse && !lse)) {
+  mod_buffers mb;
+  fcl_attention_desc desc;
+  case_desc(c, &q, &k, &v, &o, &desc);
+  if (mods_create(env, &c->mods, &desc, &mb) || setup || (c->with_lse && !lse)) {
     check(0, "%s %s: could not allocate test buffers", label, what);
     goto out;
   }
-  fcl_attention_desc desc;
-  case_desc(c, &q, &k, &v, &o, &desc);
 
   cl_event ev = NULL;
   fcl_status st = fn(env->fcl, queue, &desc, q.buf, k.buf, v.buf, o.buf, lse, 0, NULL, &ev);
@@ -62,7 +64,11 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   double *ref_o = malloc(nrows * (size_t)c->d * sizeof(double));
   double *ref_lse = malloc(nrows * sizeof(double));
   float *got_lse = malloc(nrows * sizeof(float));
-  reference_forward(&desc, q.host, k.host, v.host, ref_o, ref_lse);
+  const size_t kv_elems = (size_t)(c->b * hkv * c->nk * c->d);
+  double *dq_in = to_double(q.host, nrows * (size_t)c->d), *dk_in = to_double(k.host, kv_elems),
+         *dv_in = to_double(v.host, kv_elems);
+  reference_forward(&desc, &mb.host, dq_in, dk_in, dv_in, ref_o, ref_lse);
+  free(dq_in), free(dk_in), free(dv_in);
   int read_ok = tensor_read(env, &o) == 0 && (!lse || read_floats(env, lse, got_lse, nrows) == 0);
   double max_abs = 0, lse_max = 0;
   double rel = read_ok ? rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs) : INFINITY;
@@ -81,6 +87,7 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   free(ref_lse);
   free(got_lse);
 out:
+  mods_release(&mb);
   tensor_release(&q);
   tensor_release(&k);
   tensor_release(&v);

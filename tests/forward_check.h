@@ -3,6 +3,7 @@
 #ifndef FLASHCL_FORWARD_CHECK_H
 #define FLASHCL_FORWARD_CHECK_H
 
+#include "test_mods.h"
 #include "test_util.h"
 
 typedef struct fwd_case {
@@ -12,6 +13,7 @@ typedef struct fwd_case {
   int layout;  /* LAYOUT_* for q, k, v and o alike */
   float scale; /* 0: default */
   int with_lse;
+  test_mods mods; /* score modifiers; zero: none */
 } fwd_case;
 
 /* ||o - ref|| / ||ref|| bounds: float32 arithmetic, and the storage rounding of the output for f16/bf16. */

@@ -13,6 +13,7 @@
  * f16 and bf16 are dominated by rounding the gradients to the storage type (2^-11 and 2^-8 relative).
  */
 #include "backward_check.h"
+#include "host_reference.h"
 #include "internal.h" /* fcl_describe_backward */
 
 #include <math.h>
@@ -39,6 +40,29 @@ static int small_cases(listed *list) {
   n = add(list, n, (bwd_case){2, 2, 1, 5, 9, 40, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 0}, 0);
   n = add(list, n, (bwd_case){1, 4, 2, 9, 3, 24, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 0}, 0); /* rows with no key */
   n = add(list, n, (bwd_case){1, 1, 0, 3, 20, 7, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0.3f, 1}, 0);
+  const test_mods all = {0.7f, 2, MASK_GGML_F16, 1, 1, 6, 2, 1};
+  n = add(list, n, (bwd_case){2, 2, 1, 13, 21, 16, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 2.0f, 0, all}, 0);
+  return n;
+}
+
+/* The score modifiers alone and together; with sinks, d_sinks is checked as well. */
+static int modifier_cases(listed *list, int n) {
+  const test_mods window = {0, 0, 0, 0, 1, 5, 3, 0}, window_causal = {0, 0, 0, 0, 1, 16, 0, 0};
+  const test_mods softcap = {0.5f, 0, 0, 0, 0, 0, 0, 0}, alibi = {0, 2, 0, 0, 0, 0, 0, 0};
+  const test_mods mask = {0, 0, MASK_GGML_F16, 1, 0, 0, 0, 0}, sinks = {0, 0, 0, 0, 0, 0, 0, 1};
+  const test_mods all = {1.5f, 1, MASK_FULL_F32, 0, 1, 30, 4, 1};
+  for (int t = 0; t < 3; ++t) {
+    const fcl_dtype dt = dtypes[t];
+    n = add(list, n, (bwd_case){2, 2, 0, 127, 127, 64, dt, 0, LAYOUT_BHND, 0, 0, window}, t == 0);
+    n = add(list, n, (bwd_case){1, 4, 2, 100, 157, 40, dt, 1, LAYOUT_BNHD, 0, t == 1, window_causal}, 0);
+    n = add(list, n, (bwd_case){1, 2, 0, 33, 33, 80, dt, 0, LAYOUT_PADDED, 2.0f, 0, softcap}, 0);
+    n = add(list, n, (bwd_case){2, 4, 1, 65, 70, 64, dt, 1, LAYOUT_BHND, 0, 0, alibi}, 0);
+    n = add(list, n, (bwd_case){2, 3, 0, 31, 45, 32, dt, 0, LAYOUT_BHND, 0, 0, mask}, 0);
+    n = add(list, n, (bwd_case){2, 2, 0, 50, 90, 128, dt, 1, LAYOUT_BHND, 0, t == 2, sinks}, t == 0);
+    n = add(list, n, (bwd_case){2, 4, 2, 77, 131, 96, dt, 1, LAYOUT_PADDED, 0.3f, 0, all}, t == 1);
+  }
+  n = add(list, n, (bwd_case){1, 2, 0, 200, 20, 32, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0, window}, 0);
+  n = add(list, n, (bwd_case){1, 2, 0, 300, 1000, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0, window_causal}, 1);
   return n;
 }
 
@@ -77,7 +101,7 @@ static int full_cases(listed *list) {
   n = add(list, n, (bwd_case){1, 2, 0, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 3.0f, 0}, 0);
   for (int t = 0; t < 3; ++t)
     n = add(list, n, (bwd_case){2, 4, 2, 150, 90, 64, dtypes[t], 1, LAYOUT_BNHD, 0, 1}, 0);
-  return n;
+  return modifier_cases(list, n);
 }
 
 static int quick_cases(listed *list) {
@@ -89,6 +113,8 @@ static int quick_cases(listed *list) {
   n = add(list, n, (bwd_case){1, 2, 0, 130, 17, 64, FCL_DTYPE_F32, 1, LAYOUT_PADDED, 0, 0}, 1);
   n = add(list, n, (bwd_case){2, 8, 1, 33, 70, 96, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 0, 0}, 0);
   n = add(list, n, (bwd_case){1, 2, 0, 45, 61, 255, FCL_DTYPE_BF16, 0, LAYOUT_BHND, 0, 0}, 0);
+  const test_mods all = {1.5f, 1, MASK_FULL_F32, 0, 1, 30, 4, 1};
+  n = add(list, n, (bwd_case){2, 4, 2, 77, 131, 96, FCL_DTYPE_F32, 1, LAYOUT_PADDED, 0.3f, 0, all}, 1);
   return n;
 }
 
@@ -105,11 +131,31 @@ static void finite_difference_checks(void) {
     desc.seqlen_q = shapes[i][3], desc.seqlen_k = shapes[i][4], desc.head_dim = shapes[i][5];
     desc.causal = (int)shapes[i][6];
     desc.scale = i == 1 ? 0.7f : 0.0f;
-    const double e = finite_difference_error(&desc);
+    const double e = finite_difference_error(&desc, NULL, 0);
     check(e < 1e-8, "host gradients vs central differences (h = 1e-5): B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld%s: "
           "max error %.1e relative to the largest gradient (bound 1e-8)",
           shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5],
           shapes[i][6] ? " causal" : "", e);
+  }
+  /* Every score modifier alone and all together, on B=2 H=2 Hkv=1 Nq=4 Nk=6 d=3. */
+  enum { B = 2, H = 2, NQ = 4, NK = 6 };
+  double slopes[B * H], mask[B * H * NQ * NK];
+  for (int i = 0; i < B * H; ++i) slopes[i] = 0.1 + 0.4 * (test_uniform() + 1.0);
+  for (int i = 0; i < B * H * NQ * NK; ++i) mask[i] = i % 7 == 3 ? -INFINITY : test_uniform();
+  static const char *const names[] = {"window (2, 1)", "softcap 0.9", "ALiBi", "additive mask", "sinks", "all together"};
+  for (int c = 0; c < 6; ++c) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = B, desc.num_heads = H, desc.num_kv_heads = 1, desc.seqlen_q = NQ, desc.seqlen_k = NK;
+    desc.head_dim = 3, desc.scale = 1.5f;
+    host_mods m = {NULL, NULL, NULL};
+    if (c == 0 || c == 5) desc.window = 1, desc.window_left = 2, desc.window_right = 1;
+    if (c == 1 || c == 5) desc.softcap = 0.9f;
+    if (c == 2 || c == 5) m.slopes = slopes;
+    if (c == 3 || c == 5) m.mask = mask;
+    const double e = finite_difference_error(&desc, &m, c == 4 || c == 5);
+    check(e < 1e-8, "host gradients vs central differences (h = 1e-5), %s%s: max error %.1e relative to the largest "
+          "gradient (bound 1e-8)", names[c], c >= 4 ? " (d_sinks too)" : "", e);
   }
 }
 
@@ -290,7 +336,7 @@ int main(int argc, char **argv) {
   test_env env;
   if (test_open(&env, NULL)) return 1;
   if (!small && !quick) finite_difference_checks();
-  listed cases[96];
+  listed cases[128];
   const int count = small ? small_cases(cases) : quick ? quick_cases(cases) : full_cases(cases);
   for (int i = 0; i < count; ++i) run_backward_case(&env, env.queue, &cases[i].c, cases[i].determinism, "backward");
   validation_checks(&env);

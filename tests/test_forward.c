@@ -1,5 +1,6 @@
 /* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
- * alignment, GQA/MQA, strided layouts and the optional lse.
+ * alignment, GQA/MQA, strided layouts, the optional lse and the score modifiers (window, softcap, ALiBi,
+ * additive mask, sinks) alone and together.
  * Usage: test_forward [--small] [--reference]
  *   --small      a few small cases (for Oclgrind, which simulates every work-item)
  *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, and a score matrix too
@@ -22,6 +23,52 @@ static int small_cases(fwd_case *list) {
   n = add(list, n, (fwd_case){2, 2, 1, 5, 9, 40, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1});
   n = add(list, n, (fwd_case){1, 4, 2, 9, 3, 24, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 1}); /* rows with no key */
   n = add(list, n, (fwd_case){1, 1, 0, 3, 20, 7, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0.3f, 0});
+  /* Every modifier at once, and a window with a row that sees nothing. */
+  const test_mods all = {0.7f, 2, MASK_GGML_F16, 1, 1, 6, 2, 1};
+  n = add(list, n, (fwd_case){2, 2, 1, 13, 21, 16, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 2.0f, 1, all});
+  n = add(list, n, (fwd_case){1, 2, 0, 11, 5, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, {0, 0, 0, 0, 1, 0, 0, 0}});
+  return n;
+}
+
+/* The score modifiers alone and combined, against the host reference's mirror of the mask layer. */
+static int modifier_cases(fwd_case *list, int n) {
+  const test_mods window = {0, 0, 0, 0, 1, 5, 3, 0};
+  const test_mods window_causal = {0, 0, 0, 0, 1, 16, 0, 0}; /* with causal = 1: (16, 0) */
+  const test_mods diagonal_only = {0, 0, 0, 0, 1, 0, 0, 0};
+  const test_mods wide = {0, 0, 0, 0, 1, 5000, 5000, 0};    /* wider than the sequence */
+  const test_mods left_only = {0, 0, 0, 0, 1, 40, -1, 0};
+  const test_mods softcap = {0.5f, 0, 0, 0, 0, 0, 0, 0};
+  const test_mods alibi_h = {0, 1, 0, 0, 0, 0, 0, 0}, alibi_bh = {0, 2, 0, 0, 0, 0, 0, 0};
+  const test_mods mask_f32 = {0, 0, MASK_FULL_F32, 0, 0, 0, 0, 0}, mask_ggml = {0, 0, MASK_GGML_F16, 0, 0, 0, 0, 0};
+  const test_mods mask_head = {0, 0, MASK_HEAD_BF16, 1, 0, 0, 0, 0}; /* hides whole rows */
+  const test_mods sinks = {0, 0, 0, 0, 0, 0, 0, 1};
+  const test_mods alibi_mask = {0, 1, MASK_FULL_F32, 0, 0, 0, 0, 0};
+  const test_mods softcap_sinks = {0.8f, 0, 0, 0, 0, 0, 0, 1};
+  const test_mods all = {1.5f, 2, MASK_HEAD_BF16, 1, 1, 30, 4, 1};
+  const test_mods window_sinks = {0, 0, 0, 0, 1, 3, 0, 1};
+  for (int t = 0; t < 3; ++t) {
+    const fcl_dtype dt = dtypes[t];
+    n = add(list, n, (fwd_case){2, 3, 0, 127, 127, 64, dt, 0, LAYOUT_BHND, 0, 1, window});
+    n = add(list, n, (fwd_case){1, 4, 2, 100, 157, 40, dt, 1, LAYOUT_BNHD, 0, 1, window_causal});
+    n = add(list, n, (fwd_case){1, 2, 0, 33, 33, 80, dt, 0, LAYOUT_PADDED, 2.0f, 1, softcap});
+    n = add(list, n, (fwd_case){2, 4, 1, 65, 70, 64, dt, 1, LAYOUT_BHND, 0, 1, alibi_bh});
+    n = add(list, n, (fwd_case){2, 3, 0, 31, 45, 32, dt, 0, LAYOUT_BHND, 0, 1, mask_ggml});
+    n = add(list, n, (fwd_case){1, 2, 0, 50, 90, 128, dt, 1, LAYOUT_BHND, 0, 1, sinks});
+    n = add(list, n, (fwd_case){2, 4, 2, 77, 131, 96, dt, 1, LAYOUT_PADDED, 0.3f, 1, all});
+  }
+  n = add(list, n, (fwd_case){1, 2, 0, 40, 40, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, diagonal_only});
+  n = add(list, n, (fwd_case){1, 2, 0, 40, 40, 16, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, diagonal_only});
+  n = add(list, n, (fwd_case){1, 2, 0, 60, 25, 24, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, wide});
+  n = add(list, n, (fwd_case){1, 2, 0, 1000, 1000, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, left_only});
+  n = add(list, n, (fwd_case){1, 2, 0, 300, 1000, 64, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, window_causal});
+  n = add(list, n, (fwd_case){1, 2, 0, 200, 20, 32, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, window}); /* rows see nothing */
+  n = add(list, n, (fwd_case){1, 3, 0, 45, 61, 33, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, alibi_h});
+  n = add(list, n, (fwd_case){2, 2, 0, 29, 47, 64, FCL_DTYPE_F32, 0, LAYOUT_BNHD, 0, 1, mask_f32});
+  n = add(list, n, (fwd_case){2, 2, 0, 29, 47, 64, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, mask_head});
+  n = add(list, n, (fwd_case){2, 4, 4, 64, 64, 64, FCL_DTYPE_BF16, 0, LAYOUT_BHND, 0, 1, alibi_mask});
+  n = add(list, n, (fwd_case){1, 4, 1, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 4.0f, 1, softcap_sinks});
+  n = add(list, n, (fwd_case){1, 2, 0, 30, 10, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, sinks}); /* sinks, no key */
+  n = add(list, n, (fwd_case){1, 2, 0, 30, 10, 16, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, window_sinks});
   return n;
 }
 
@@ -96,8 +143,8 @@ int main(int argc, char **argv) {
   test_seed();
   test_env env;
   if (test_open(&env, NULL)) return 1;
-  fwd_case cases[128];
-  const int count = small ? small_cases(cases) : full_cases(cases);
+  fwd_case cases[192];
+  const int count = small ? small_cases(cases) : modifier_cases(cases, full_cases(cases));
   for (int i = 0; i < count; ++i)
     run_forward_case(&env, env.queue, &cases[i], reference ? fcl_attention_reference : fcl_attention_forward,
                      reference ? "reference" : "forward");

@@ -344,47 +344,12 @@ void tensor_to_desc(const test_tensor *t, int64_t stride[3], int64_t *offset) {
   *offset = t->offset;
 }
 
-/* ---- reference ---- */
+/* ---- comparison ---- */
 
-void reference_forward(const fcl_attention_desc *desc, const float *q, const float *k, const float *v, double *o,
-                       double *lse) {
-  const long long B = desc->batch, H = desc->num_heads, Hkv = desc->num_kv_heads ? desc->num_kv_heads : H;
-  const long long Nq = desc->seqlen_q, Nk = desc->seqlen_k, D = desc->head_dim;
-  const double scale = desc->scale != 0.0f ? (double)desc->scale : 1.0 / sqrt((double)D);
-  double *s = malloc((size_t)Nk * sizeof(double));
-  for (long long b = 0; b < B; ++b)
-    for (long long h = 0; h < H; ++h) {
-      const long long hk = h / (H / Hkv);
-      const float *qh = q + (size_t)((b * H + h) * Nq * D);
-      const float *kh = k + (size_t)((b * Hkv + hk) * Nk * D);
-      const float *vh = v + (size_t)((b * Hkv + hk) * Nk * D);
-      for (long long i = 0; i < Nq; ++i) {
-        double *oi = o + (size_t)(((b * H + h) * Nq + i) * D);
-        const long long last = desc->causal ? i + Nk - Nq : Nk - 1;
-        double m = -INFINITY;
-        for (long long j = 0; j < Nk; ++j) {
-          if (j > last) { s[j] = -INFINITY; continue; }
-          double acc = 0;
-          for (long long d = 0; d < D; ++d) acc += (double)qh[i * D + d] * (double)kh[j * D + d];
-          s[j] = acc * scale;
-          if (s[j] > m) m = s[j];
-        }
-        for (long long d = 0; d < D; ++d) oi[d] = 0;
-        if (m == -INFINITY) {
-          lse[(b * H + h) * Nq + i] = -INFINITY;
-          continue;
-        }
-        double l = 0;
-        for (long long j = 0; j <= last && j < Nk; ++j) {
-          double p = exp(s[j] - m);
-          l += p;
-          for (long long d = 0; d < D; ++d) oi[d] += p * (double)vh[j * D + d];
-        }
-        for (long long d = 0; d < D; ++d) oi[d] /= l;
-        lse[(b * H + h) * Nq + i] = m + log(l);
-      }
-    }
-  free(s);
+double *to_double(const float *x, size_t n) {
+  double *y = malloc((n ? n : 1) * sizeof(double));
+  for (size_t i = 0; y && i < n; ++i) y[i] = x[i];
+  return y;
 }
 
 double rel_error(const float *out, const double *ref, size_t n, double *max_abs) {

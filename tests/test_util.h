@@ -64,9 +64,8 @@ void tensor_release(test_tensor *t);
 /* Copies the tensor's strides and offset into a descriptor's fields. */
 void tensor_to_desc(const test_tensor *t, int64_t stride[3], int64_t *offset);
 
-/* float64 reference: o [B,H,Nq,D] and lse [B,H,Nq] (natural log; -inf for rows that see no key). */
-void reference_forward(const fcl_attention_desc *desc, const float *q, const float *k, const float *v, double *o,
-                       double *lse);
+/* A float64 copy of n floats (malloc'd). */
+double *to_double(const float *x, size_t n);
 
 /* ||out - ref|| / ||ref|| (ref norm floored at 1e-30) and max |out - ref|; NaN in out gives +inf. */
 double rel_error(const float *out, const double *ref, size_t n, double *max_abs);

@@ -146,7 +146,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long k_off, long k_sb, long k_sh, long k_sn,
                    long v_off, long v_sb, long v_sh, long v_sn,
                    long o_off, long o_sb, long o_sh, long o_sn,
-                   int num_heads, int group, int nq, int nk, int causal, float scale) {
+                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;
@@ -158,8 +158,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #ifndef CAUSAL_FIRST_LONGEST
 #define CAUSAL_FIRST_LONGEST 1
 #endif
-  const int qb = causal && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
-                                                : (int)get_group_id(0);
+  const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
+                                                        : (int)get_group_id(0);
   const int q0 = qb * BR;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
@@ -170,10 +170,11 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   v += v_off + b * v_sb + hk * v_sh;
   o += o_off + b * o_sb + h * o_sh;
 
-  /* Query row i sees keys j <= i + nk - nq; the block's last row bounds the keys it needs. */
-  const int diag = nk - nq;
-  const int kv_end = causal ? clamp(q0 + BR + diag, 0, nk) : nk;
-  const int ntiles = (kv_end + BC - 1) / BC;
+  /* The keys the block's rows see: tiles outside the window are never loaded. */
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, h, nq, nk);
+  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, min(q0 + BR, nq) - 1, nk);
+  const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
 
   const int wrow = warp * MT * 16;
 #if QSMEM
@@ -188,11 +189,11 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + (long)(q0 + r) * q_sn + cc * 8 : q, ok ? 16 : 0);
     }
   }
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, 0, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, kv_begin, nk, lid);
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #else
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, 0, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, kv_begin, nk, lid);
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
   uint qa[MT][KT][4];
@@ -223,6 +224,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     l[mt][0] = l[mt][1] = 0.0f;
   }
   const float sl2 = scale * FCL_LOG2E;
+  /* With score modifiers S is taken to log2 units before the softmax (su = 1); without, the scale is folded
+     into the exponent (su = sl2; scale > 0, so the raw maximum is the scaled one). */
+#define SCORE_MODS (SOFTCAP || ALIBI || MASK)
+  const float su = SCORE_MODS ? 1.0f : sl2;
 
   /* Per-lane ldmatrix row addresses. K (B of Q K^T, no transpose): matrices (keys 0-7, d 0-7),
      (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) give b0b1, b2b3 of two n8 tiles.
@@ -231,7 +236,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const uint v_lane = SMEM_ADDR(Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 
   for (int j = 0; j < ntiles; ++j) {
-    const int k0 = j * BC;
+    const int k0 = kv_begin + j * BC;
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
     fcl_load_tile(Vs, v, v_sn, k0, nk, lid);
@@ -273,8 +278,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
     }
 
-    /* Mask keys beyond nk and above the causal diagonal (only tiles that reach either). */
-    if (k0 + BC > nk || (causal && k0 + BC - 1 > q0 + diag)) {
+    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either); with modifiers,
+       every score goes through the mask layer in log2 units. */
+    if (SCORE_MODS || !fcl_all_visible(&mods, q0, q0 + BR - 1, k0, k0 + BC - 1, nq, nk)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -283,11 +289,12 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           for (int e = 0; e < 4; ++e) {
             const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
             const int col = k0 + i * 8 + 2 * t + (e & 1);
-            if (col >= nk || (causal && col > row + diag)) s[mt][i][e] = -INFINITY;
+            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nq, nk)
+                                     : (fcl_visible(&mods, row, col, nq, nk) ? s[mt][i][e] : -INFINITY);
           }
     }
 
-    /* Online softmax in log2 units: p = 2^(s sl2 - m sl2); scale > 0, so the raw maximum is the scaled one. */
+    /* Online softmax in log2 units: p = 2^(s su - m su). */
     float alpha[MT][2];
     int changed = 0;
 #pragma unroll
@@ -300,15 +307,15 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         mx = fmax(mx, fcl_shfl_xor1(mx));
         mx = fmax(mx, fcl_shfl_xor2(mx));
         /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
-        const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
-        alpha[mt][hr] = native_exp2(m[mt][hr] * sl2 - mu);
+        const float mu = mx == -INFINITY ? 0.0f : mx * su;
+        alpha[mt][hr] = native_exp2(m[mt][hr] * su - mu);
         changed |= mx != m[mt][hr];
         m[mt][hr] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-          const float p0 = native_exp2(fma(s[mt][i][2 * hr], sl2, -mu));
-          const float p1 = native_exp2(fma(s[mt][i][2 * hr + 1], sl2, -mu));
+          const float p0 = native_exp2(fma(s[mt][i][2 * hr], su, -mu));
+          const float p1 = native_exp2(fma(s[mt][i][2 * hr + 1], su, -mu));
           s[mt][i][2 * hr] = p0;
           s[mt][i][2 * hr + 1] = p1;
           sum += p0 + p1;
@@ -388,7 +395,18 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int rl = wrow + mt * 16 + g + hr * 8;
-      const float inv = l[mt][hr] > 0.0f ? 1.0f / l[mt][hr] : 0.0f;
+      float m2 = m[mt][hr] * su, c = 1.0f; /* the row's maximum in log2 units; O's factor from the sink */
+#if SINKS
+      /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
+      const float sink = FCL_SINK(h), mf = fmax(m2, sink);
+      if (mf != -INFINITY) {
+        c = exp2(m2 - mf);
+        l[mt][hr] = l[mt][hr] * c + exp2(sink - mf);
+        m2 = mf;
+      }
+#endif
+      /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse. */
+      const float inv = l[mt][hr] == 0.0f ? 0.0f : c / l[mt][hr];
 #pragma unroll
       for (int i = 0; i < OT; ++i)
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
@@ -396,7 +414,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       const int row = q0 + rl;
       if (lse && t == 0 && row < nq)
         lse[((long)b * num_heads + h) * nq + row] =
-            l[mt][hr] > 0.0f ? (m[mt][hr] * sl2 + log2(l[mt][hr])) * FCL_LN2 : -INFINITY;
+            l[mt][hr] == 0.0f ? -INFINITY : (m2 + log2(l[mt][hr])) * FCL_LN2;
     }
   barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
