@@ -38,6 +38,8 @@ typedef struct options {
   int sweep;
   long long max_seqlen;
   int causal;
+  int window;             /* --window L,R */
+  long long window_left, window_right;
   int impl[IMPL_COUNT];
   int iters, warmup;
   int json;
@@ -77,6 +79,8 @@ static void usage(FILE *f) {
           "  --sweep             N = 512, 1024, ... up to --max-seqlen (default 131072); the reference path\n"
           "                      stops at its first failure (out of memory), the others go on\n"
           "  --causal            causal mask\n"
+          "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
+          "                      unbounded); TFLOP/s then count the visible scores only\n"
           "  --impl LIST         any of flash,reference,backward (default flash,reference)\n"
           "  --iters N           timed runs, at least 10 (default 20)\n"
           "  --warmup N          untimed runs first (default 3)\n"
@@ -148,6 +152,15 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--causal")) o->causal = 1;
+    else if (!strcmp(a, "--window")) {
+      NEED_VALUE();
+      if (sscanf(val, "%lld,%lld", &o->window_left, &o->window_right) != 2 || o->window_left < -1 ||
+          o->window_right < -1) {
+        fprintf(stderr, "flashcl-bench: --window %s: expected L,R with each -1 or >= 0\n", val);
+        return -1;
+      }
+      o->window = 1;
+    }
     else if (!strcmp(a, "--sweep")) o->sweep = 1;
     else if (!strcmp(a, "--json")) o->json = 1;
     else if (!strcmp(a, "--max-diff")) {
@@ -497,7 +510,21 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const te
   r->timer = wall ? "wall" : "events";
   double flops = (impl == IMPL_BACKWARD ? 10.0 : 4.0) * (double)desc->batch * (double)desc->num_heads *
                  (double)desc->seqlen_q * (double)desc->seqlen_k * (double)desc->head_dim;
-  if (desc->causal) flops /= 2;
+  if (desc->window) {
+    /* The scores the window leaves visible, counted row by row. */
+    const long long nq = desc->seqlen_q, nk = desc->seqlen_k, wr = desc->causal ? 0 : desc->window_right;
+    double visible = 0;
+    for (long long i = 0; i < nq; ++i) {
+      const long long p = i + nk - nq;
+      const long long lo = desc->window_left < 0 ? 0 : p - desc->window_left;
+      const long long hi = wr < 0 ? nk - 1 : p + wr;
+      const long long n = (hi < nk - 1 ? hi : nk - 1) - (lo > 0 ? lo : 0) + 1;
+      visible += n > 0 ? (double)n : 0.0;
+    }
+    flops = flops / ((double)nq * (double)nk) * visible;
+  } else if (desc->causal) {
+    flops /= 2;
+  }
   r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
   free(times);
 }
@@ -548,10 +575,12 @@ static void print_header(const bench *b) {
   if (o->json) return;
   printf("# flashcl-bench %s | device: %s | platform: %s | driver: %s\n", fcl_version(), b->device_name,
          b->platform_name, b->driver);
-  printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d  iters=%d warmup=%d  (median/min/max ms of "
+  char window[64] = "";
+  if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
+  printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
-         o->iters, o->warmup);
+         window, o->iters, o->warmup);
   printf("%-6s %-10s %7s %11s %11s %11s %9s %12s %12s  %s\n", "#", "impl", "N", "median_ms", "min_ms", "max_ms",
          "TFLOP/s", "extra_mem", "max|O-Oref|", "status");
 }
@@ -567,6 +596,7 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
            "\"causal\":%s,\"iters\":%d,\"warmup\":%d,\"status\":\"%s\"",
            dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, n, o->head_dim,
            o->causal ? "true" : "false", o->iters, o->warmup, r->status);
+    if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"extra_bytes\":%zu,\"timer\":\"%s\"",
              r->median_ms, r->min_ms, r->max_ms, r->tflops, r->extra_bytes, r->timer);
@@ -643,6 +673,7 @@ int main(int argc, char **argv) {
     desc.batch = o->batch, desc.num_heads = o->heads, desc.num_kv_heads = o->kv_heads;
     desc.seqlen_q = desc.seqlen_k = n, desc.head_dim = o->head_dim;
     desc.dtype = o->dtype, desc.causal = o->causal;
+    desc.window = o->window, desc.window_left = o->window_left, desc.window_right = o->window_right;
     tensors t;
     cl_int err = alloc_tensors(&b, &desc, alive, &t);
     if (err != CL_SUCCESS) {
