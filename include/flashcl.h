@@ -18,6 +18,24 @@
 #endif
 #include <CL/cl.h>
 
+/* FCL_API marks the public functions, the only symbols libflashcl.so exports (the library is built with
+   hidden visibility). On Windows it is dllexport while building the library (FLASHCL_BUILDING) and
+   dllimport for its users, except users of the static library, who define FLASHCL_STATIC
+   (flashcl::flashcl_static does that for CMake users). */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#if defined(FLASHCL_STATIC)
+#define FCL_API
+#elif defined(FLASHCL_BUILDING)
+#define FCL_API __declspec(dllexport)
+#else
+#define FCL_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define FCL_API __attribute__((visibility("default")))
+#else
+#define FCL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,7 +46,7 @@ extern "C" {
 #define FLASHCL_VERSION_STRING "0.1.0"
 
 /* The library's version as "major.minor.patch". */
-const char *fcl_version(void);
+FCL_API const char *fcl_version(void);
 
 typedef enum fcl_status {
   FCL_SUCCESS = 0,
@@ -56,12 +74,12 @@ typedef struct fcl_context_options {
 
 /* Creates a context on the caller's cl_context and device. The caller keeps ownership of both; the
    context retains them until fcl_context_release. options: NULL or zero-initialised means defaults. */
-fcl_status fcl_context_create(cl_context context, cl_device_id device,
-                              const fcl_context_options *options /* NULL: defaults */,
-                              fcl_context **out);
-void fcl_context_release(fcl_context *ctx); /* NULL is a no-op */
-const char *fcl_status_string(fcl_status status);
-const char *fcl_last_error(void); /* detail of the calling thread's last failure; never NULL */
+FCL_API fcl_status fcl_context_create(cl_context context, cl_device_id device,
+                                      const fcl_context_options *options /* NULL: defaults */,
+                                      fcl_context **out);
+FCL_API void fcl_context_release(fcl_context *ctx); /* NULL is a no-op */
+FCL_API const char *fcl_status_string(fcl_status status);
+FCL_API const char *fcl_last_error(void); /* detail of the calling thread's last failure; never NULL */
 
 /* The largest head_dim any kernel of the library accepts. */
 #define FCL_MAX_HEAD_DIM 256
@@ -103,26 +121,26 @@ typedef struct fcl_attention_desc {
    the natural-log sum of exp of each modified score row over its visible keys, the sink included
    (-INFINITY for a row that sees no key and has no sink, whose output is zero). Enqueues on queue; waits on the list; *event (optional) completes when O and
    lse are written; the caller releases it. */
-fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue,
-                                 const fcl_attention_desc *desc,
-                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
-                                 cl_uint num_wait, const cl_event *wait, cl_event *event);
+FCL_API fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue,
+                                         const fcl_attention_desc *desc,
+                                         cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                         cl_uint num_wait, const cl_event *wait, cl_event *event);
 
 /* The same result through the materialized N x N matrix (CLBlast GEMMs + a softmax kernel). */
-fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue,
-                                   const fcl_attention_desc *desc,
-                                   cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
-                                   cl_uint num_wait, const cl_event *wait, cl_event *event);
+FCL_API fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue,
+                                           const fcl_attention_desc *desc,
+                                           cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                           cl_uint num_wait, const cl_event *wait, cl_event *event);
 
 /* Gradients of the forward pass, from the forward's o and lse. d_o has o's strides and offset;
    d_q, d_k, d_v have those of q, k, v. workspace: at least fcl_attention_backward_workspace_size()
    bytes (may be NULL when that is 0). Deterministic: the same inputs give bitwise the same output. */
-size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
-fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue,
-                                  const fcl_attention_desc *desc,
-                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o,
-                                  cl_mem d_q, cl_mem d_k, cl_mem d_v, cl_mem workspace,
-                                  cl_uint num_wait, const cl_event *wait, cl_event *event);
+FCL_API size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
+FCL_API fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue,
+                                          const fcl_attention_desc *desc,
+                                          cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o,
+                                          cl_mem d_q, cl_mem d_k, cl_mem d_v, cl_mem workspace,
+                                          cl_uint num_wait, const cl_event *wait, cl_event *event);
 
 /* ---- Introspection: what the library detected and would run (used by flashcl-probe). ---- */
 
@@ -139,8 +157,8 @@ typedef struct fcl_plan_info {
 
 /* The plan the operation would run for desc on this context, without enqueuing anything. The kernel is
    built (or loaded from the cache) if it was not already, so the figures are the real ones. */
-fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
-                             fcl_plan_info *out);
+FCL_API fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
+                                     fcl_plan_info *out);
 
 /* ---- Introspection: where kernels came from (memory, the on-disk binary cache, or a source build). ---- */
 
@@ -166,7 +184,7 @@ typedef struct fcl_cache_stats {
 } fcl_cache_stats;
 
 /* Counters of this context since its creation, and the disk cache's entries for its device. */
-fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
+FCL_API fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
 
 /* ---- Tuning (opt-in): time the portable forward kernel's candidate shapes on this device. ---- */
 
@@ -186,8 +204,8 @@ typedef struct fcl_tune_result {
    dtype, and the rule's default, on scratch buffers of desc's size (random contents, contiguous layout;
    desc's strides and offsets are not used), and records the winner when it beats the default. queue must
    have CL_QUEUE_PROFILING_ENABLE. Blocks until done; takes seconds (more on large shapes). */
-fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
-                            fcl_tune_result *out);
+FCL_API fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                    fcl_tune_result *out);
 
 #ifdef __cplusplus
 }
