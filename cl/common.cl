@@ -43,7 +43,7 @@ inline ushort fcl_float_to_bf16(float x) {
  *
  * Query row i of a sequence sits at key position p = i + diag, diag = seqlen_k - seqlen_q. Key j is
  * visible from row i iff 0 <= j < nk and p - wl <= j <= p + wr (the host folds causal into wr = 0 and
- * passes nk / nq for an unbounded side). Scores are in log2 units (scale * log2(e) * q.k): the modifiers
+ * passes nk / nq for an unbounded side; WINDOW below). Scores are in log2 units (scale * log2(e) * q.k): the modifiers
  * follow them there, in the order softcap, ALiBi, mask. Switches (-D, 0 when absent): SOFTCAP, ALIBI,
  * MASK (1 f32, 2 f16, 3 bf16 values), SINKS. */
 #ifndef SOFTCAP
@@ -97,21 +97,49 @@ typedef struct fcl_mods {
     (m).mask_sn = mask_sn;                                                                   \
   } while (0)
 
+/* WINDOW (-D, from the host): 0 no window (every key of the row's range is visible), 1 causal only
+ * (wl unbounded, wr = 0), 2 any window. The first two keep the per-element work of the common cases at
+ * one or two comparisons. */
+#ifndef WINDOW
+#define WINDOW 2
+#endif
+
 /* First visible key of row i, and one past the last (clamped to [0, nk]; empty when begin >= end).
    Both grow with i, so a block of rows r0..r1 needs keys [fcl_key_begin(r0), fcl_key_end(r1)). */
-inline int fcl_key_begin(const fcl_mods *m, int i) { return max(0, i + m->diag - m->wl); }
-inline int fcl_key_end(const fcl_mods *m, int i, int nk) { return clamp(i + m->diag + m->wr + 1, 0, nk); }
-/* First query row that sees key j, and one past the last that does (clamped to [0, nq]). */
-inline int fcl_row_begin(const fcl_mods *m, int j) { return max(0, j - m->wr - m->diag); }
-inline int fcl_row_end(const fcl_mods *m, int j, int nq) { return clamp(j + m->wl - m->diag + 1, 0, nq); }
-
-inline bool fcl_visible(const fcl_mods *m, int i, int j, int nq, int nk) {
-  const int p = i + m->diag;
-  return i < nq && j < nk && j >= p - m->wl && j <= p + m->wr;
+inline int fcl_key_begin(const fcl_mods *m, int i) { return WINDOW == 2 ? max(0, i + m->diag - m->wl) : 0; }
+inline int fcl_key_end(const fcl_mods *m, int i, int nk) {
+  return WINDOW == 0 ? nk : clamp(i + m->diag + m->wr + 1, 0, nk);
 }
-/* 1 when every key j0..j1 is visible from every row i0..i1 (a tile that needs no per-element mask). */
-inline bool fcl_all_visible(const fcl_mods *m, int i0, int i1, int j0, int j1, int nq, int nk) {
-  return i1 < nq && j1 < nk && j0 >= i1 + m->diag - m->wl && j1 <= i0 + m->diag + m->wr;
+/* First query row that sees key j, and one past the last that does (clamped to [0, nq]). */
+inline int fcl_row_begin(const fcl_mods *m, int j) { return WINDOW == 0 ? 0 : max(0, j - m->wr - m->diag); }
+inline int fcl_row_end(const fcl_mods *m, int j, int nq) {
+  return WINDOW == 2 ? clamp(j + m->wl - m->diag + 1, 0, nq) : nq;
+}
+
+/* Key j < nk is visible from row i (rows beyond nq are the caller's to exclude). */
+inline bool fcl_visible(const fcl_mods *m, int i, int j, int nk) {
+#if WINDOW == 0
+  (void)m, (void)i;
+  return j < nk;
+#elif WINDOW == 1
+  return j < nk && j <= i + m->diag;
+#else
+  const int p = i + m->diag;
+  return j < nk && j >= p - m->wl && j <= p + m->wr;
+#endif
+}
+/* 1 when some key of the tile j0..j0+bc-1 is hidden from some row i0..i1 (the tile needs the per-element
+   mask); 0 when every row sees the whole tile. */
+inline bool fcl_tile_masked(const fcl_mods *m, int i0, int i1, int j0, int bc, int nk) {
+#if WINDOW == 0
+  (void)m, (void)i0, (void)i1;
+  return j0 + bc > nk;
+#elif WINDOW == 1
+  (void)i1;
+  return j0 + bc > nk || j0 + bc - 1 > i0 + m->diag;
+#else
+  return j0 + bc > nk || j0 + bc - 1 > i0 + m->diag + m->wr || j0 < i1 + m->diag - m->wl;
+#endif
 }
 
 /* Softcap of a log2-unit score (identity when off). */
@@ -134,9 +162,9 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
   (void)m, (void)i, (void)j;
   return s;
 }
-/* The modified score of a visible (i, j), or -INFINITY when hidden. */
-inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk) {
-  return fcl_visible(m, i, j, nq, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
+/* The modified score of (i, j), or -INFINITY when the key is hidden. */
+inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nk) {
+  return fcl_visible(m, i, j, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
 }
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)

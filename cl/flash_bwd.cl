@@ -88,7 +88,7 @@ void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __g
    entries (and those a mask gives -inf) get P = dS = 0. The kernel defines mods, qk_scale, nq and nk. */
 #define BWD_P_DS(p_out, ds_out, s, dp, row, key, L, D)                                           \
   do {                                                                                            \
-    if (fcl_visible(&mods, (row), (key), nq, nk)) {                                               \
+    if ((row) < nq && fcl_visible(&mods, (row), (key), nk)) {                                     \
       const float t_ = fcl_softcap(&mods, (s) * qk_scale);                                        \
       /* L = -inf: the row saw nothing (a mask hid every key); its P is 0, not 2^(-inf + inf). */  \
       const float p_ = (L) == -INFINITY ? 0.0f : exp2(fcl_bias(&mods, t_, (row), (key)) - (L));    \

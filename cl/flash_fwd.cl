@@ -111,16 +111,17 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     }
 #endif
 
-    /* A tile every row sees whole needs no per-element mask; others exclude hidden entries from P V
-       (a NaN in a hidden V row must not reach the output), as does a mask, which may hide any key. */
-    const bool whole = fcl_all_visible(&mods, q0, q0 + BR - 1, k0, k0 + BC - 1, nq, nk);
+    /* A tile every row sees whole needs no per-element mask (rows beyond nq are never written); others
+       exclude hidden entries from P V (a NaN in a hidden V row must not reach the output), as does a mask,
+       which may hide any key. */
+    const bool whole = !fcl_tile_masked(&mods, q0, last_row, k0, BC, nk);
     const bool guard = MASK || !whole;
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nq, nk);
+        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;

@@ -225,7 +225,8 @@ typedef struct fcl_problem {
 
 /* 1 when some key is hidden from some row by the window (a causal mask included). */
 int fcl_problem_windowed(const fcl_problem *p);
-/* The -D defines of the modifiers p uses (SOFTCAP, ALIBI, MASK, SINKS; common.cl), "" for none. */
+/* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a
+   leading space. */
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
 /* Sets the modifier arguments every attention kernel takes (FCL_MOD_ARGS in common.cl) from index a on;
    *a is advanced past them. */

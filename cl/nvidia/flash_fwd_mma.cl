@@ -173,7 +173,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* The keys the block's rows see: tiles outside the window are never loaded. */
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
-  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, min(q0 + BR, nq) - 1, nk);
+  const int last_row = min(q0 + BR, nq) - 1;
+  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, last_row, nk);
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
 
   const int wrow = warp * MT * 16;
@@ -278,9 +279,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
     }
 
-    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either); with modifiers,
-       every score goes through the mask layer in log2 units. */
-    if (SCORE_MODS || !fcl_all_visible(&mods, q0, q0 + BR - 1, k0, k0 + BC - 1, nq, nk)) {
+    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
+       never written); with modifiers, every score goes through the mask layer in log2 units. */
+    if (SCORE_MODS || fcl_tile_masked(&mods, q0, last_row, k0, BC, nk)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -289,8 +290,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           for (int e = 0; e < 4; ++e) {
             const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
             const int col = k0 + i * 8 + 2 * t + (e & 1);
-            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nq, nk)
-                                     : (fcl_visible(&mods, row, col, nq, nk) ? s[mt][i][e] : -INFINITY);
+            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nk)
+                                     : (fcl_visible(&mods, row, col, nk) ? s[mt][i][e] : -INFINITY);
           }
     }
 
