@@ -168,3 +168,21 @@ inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nk) {
 }
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)
+
+/* ---- Split-KV: a launch's work-groups also cover `splits` chunks of each row block's visible key tiles
+ * (SPLIT 1). Each writes its partial O, float32 and normalised by its own sum, into
+ * part_o [splits][batch][heads][nq][D] and its lse (natural log, -inf when its chunk saw nothing, no sink)
+ * into part_lse [splits][batch][heads][nq]; combine.cl merges them exactly, adding the sink once. */
+#ifndef SPLIT
+#define SPLIT 0
+#endif
+#define FCL_SPLIT_ARGS int splits, __global float *part_o, long part_lse_off /* part_lse = part_o + part_lse_off */
+
+/* The keys [begin, end) of a row block, cut into whole tiles of bc: chunk `split` of `splits` (as equal as
+   whole tiles allow; empty when there are fewer tiles than splits). */
+inline int2 fcl_split_keys(int begin, int end, int bc, int split, int splits) {
+  const int tiles = end > begin ? (end - begin + bc - 1) / bc : 0;
+  const int per = (tiles + splits - 1) / splits;
+  const int lo = begin + min(split * per, tiles) * bc;
+  return (int2)(lo, min(end, lo + per * bc));
+}

@@ -30,7 +30,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long k_off, long k_sb, long k_sh, long k_sn,
                long v_off, long v_sb, long v_sh, long v_sn,
                long o_off, long o_sb, long o_sh, long o_sn,
-               int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+               int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
   __local float4 Qs4[BR * DS / 4];
   __local float4 KVs4[(KV_FLOATS + 3) / 4];
   __local float4 Ps4[BR * PS / 4];
@@ -45,7 +45,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int tr = lid / TC;
   /* Last query block first (harmless without a window): under a causal mask it has the most keys, so the
      long blocks start early and the short ones fill in at the end. */
-  const int q0 = (get_num_groups(0) - 1 - get_group_id(0)) * BR;
+  const int blocks = get_num_groups(0) / splits;
+  const int split = get_group_id(0) / blocks;
+  const int q0 = (blocks - 1 - get_group_id(0) % blocks) * BR;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
   const int hk = h / group;
@@ -69,7 +71,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
   const int last_row = min(q0 + BR, nq) - 1;
-  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, last_row, nk);
+  /* Split-KV: this work-group's chunk of them (all of them without SPLIT). */
+  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, q0), fcl_key_end(&mods, last_row, nk), BC, split, splits);
+  const int kv_begin = keys.x, kv_end = keys.y;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
@@ -174,6 +178,17 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   for (int i = 0; i < RM; ++i) {
     const int row = q0 + tr * RM + i;
     if (row >= nq) continue;
+#if SPLIT
+    /* A chunk's partial result; the combine adds the sink and normalises across chunks. */
+    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + h) * nq + row;
+    const float pinv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    for (int n = 0; n < DN; ++n) {
+      const int c = tc + n * TC;
+      if (c < D) part_o[prow * D + c] = acc[i][n] * pinv;
+    }
+    if (tc == 0) part_o[part_lse_off + prow] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+    continue;
+#endif
 #if SINKS
     /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
     const float sink = FCL_SINK(h), mf = fmax(m[i], sink);

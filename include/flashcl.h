@@ -126,6 +126,35 @@ FCL_API fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queu
                                          cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
                                          cl_uint num_wait, const cl_event *wait, cl_event *event);
 
+/* Split-KV. When a problem's work-groups cannot fill the device (decode: few query rows against many
+   keys), the forward splits each block's keys into chunks computed by separate work-groups, writes their
+   partial O and lse (float32) to scratch and merges them exactly in a second kernel. fcl_attention_forward
+   takes that scratch from the context: one buffer per command queue, allocated on the first call that
+   needs it, grown when a call needs more, reused by every later call on that queue, released by
+   fcl_context_release (which also releases the queue it retained). Callers who manage memory themselves
+   pass their own: fcl_attention_forward_workspace_size() bytes (0 when desc does not split on this
+   device; the plan is built to know), to fcl_attention_forward_with_workspace, which otherwise behaves
+   as fcl_attention_forward (workspace may be NULL: the context's scratch). */
+FCL_API size_t fcl_attention_forward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
+FCL_API fcl_status fcl_attention_forward_with_workspace(fcl_context *ctx, cl_command_queue queue,
+                                                        const fcl_attention_desc *desc, cl_mem q, cl_mem k,
+                                                        cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                                        cl_uint num_wait, const cl_event *wait, cl_event *event);
+
+/* Merges partial results over disjoint key sets of the same queries into the exact result (ring attention
+   across devices, shared-prefix cascades): for each row, with lse_i of part i,
+   lse = ln sum_i exp(lse_i) (+ exp(sink) when desc->sinks), O = sum_i exp(lse_i - lse) O_i.
+   desc gives the queries and the layout: batch, num_heads, seqlen_q, head_dim, dtype, o_stride and
+   o_offset, sinks (added here, once: compute the parts without them); its other fields are validated as
+   usual and not used. Part i's O is laid out as o, at element o_offset + i * parts_stride of o_parts;
+   its lse at lse_parts[i * batch * num_heads * seqlen_q + row] (float32, as the forward writes lse). A
+   part whose lse is -INFINITY for a row (it saw no key) is left out of that row. o receives the result,
+   lse (optional) its lse. */
+FCL_API fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                       cl_uint num_parts, cl_mem o_parts, int64_t parts_stride, cl_mem lse_parts,
+                                       cl_mem o, cl_mem lse, cl_uint num_wait, const cl_event *wait,
+                                       cl_event *event);
+
 /* The same result through the materialized N x N matrix (CLBlast GEMMs + a softmax kernel). */
 FCL_API fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue,
                                            const fcl_attention_desc *desc,
@@ -152,7 +181,8 @@ typedef struct fcl_plan_info {
   int block_q, block_k;  /* query rows per work-group, key rows per tile */
   int work_group_size;   /* work-items per work-group */
   size_t local_mem_bytes; /* local memory one work-group uses */
-  size_t work_groups;    /* work-groups one call launches */
+  size_t work_groups;    /* work-groups one call launches (all of its kernels' for the backward) */
+  int splits;            /* forward: chunks each block's keys are split into (split-KV), 1 when not split */
 } fcl_plan_info;
 
 /* The plan the operation would run for desc on this context, without enqueuing anything. The kernel is

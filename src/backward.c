@@ -153,10 +153,10 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
   a = 0;
   const cl_mem dkdv_bufs[8] = {q, k, v, d_o, lse, workspace, d_k, d_v};
-  if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = fcl_set_problem_args(kernels[1], a, p))) return st;
+  if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = fcl_set_problem_args(kernels[1], &a, p))) return st;
   a = 0;
   const cl_mem dq_bufs[7] = {q, k, v, d_o, lse, workspace, d_q};
-  if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = fcl_set_problem_args(kernels[2], a, p))) return st;
+  if ((st = set_buffers(kernels[2], &a, dq_bufs, 7)) || (st = fcl_set_problem_args(kernels[2], &a, p))) return st;
   if (kernels[3]) {
     a = 0;
     const cl_mem ds_bufs[4] = {lse, workspace, p->sinks, p->d_sinks};

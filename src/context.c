@@ -59,6 +59,9 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   ctx->flags = options ? options->flags : 0;
   const char *portable = getenv("FLASHCL_PORTABLE_ONLY");
   if (portable && portable[0] && strcmp(portable, "0") != 0) ctx->flags |= FCL_FLAG_PORTABLE_ONLY;
+  /* Development: force split-KV on every portable forward (1..128; anything else: the planner decides). */
+  const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
+  if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) ctx->force_splits = atoi(splits);
   if (!ctx->build_options || pthread_mutex_init(&ctx->lock, NULL) != 0) {
     free(ctx->build_options);
     free(ctx->cache_dir);
@@ -83,6 +86,7 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
 void fcl_context_release(fcl_context *ctx) {
   if (!ctx) return;
   fcl_release_programs(ctx);
+  fcl_scratch_release_all(ctx);
   pthread_mutex_destroy(&ctx->lock);
   clReleaseDevice(ctx->device);
   clReleaseContext(ctx->context);

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
@@ -103,12 +104,27 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
   return 0;
 }
 
+/* The split-KV build of the portable kernel for plan, or splits back to 1 when it admits fewer work-items. */
+static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const char *mods, fcl_tile_plan *plan,
+                               cl_kernel *kernel) {
+  char split_mods[128];
+  snprintf(split_mods, sizeof split_mods, "%s -DSPLIT=1", mods);
+  cl_kernel k;
+  size_t wg = 0;
+  fcl_status st = fcl_forward_portable_kernel(ctx, plan, p->dtype, split_mods, &k, &wg);
+  if (st) return st;
+  if (wg >= (size_t)plan->wg) *kernel = k;
+  else plan->splits = 1;
+  return FCL_SUCCESS;
+}
+
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
   fcl_tile_plan nv;
   char why[192];
   if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
     if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
       *plan = nv;
+      plan->splits = 1;
       return FCL_SUCCESS;
     }
   } else {
@@ -117,23 +133,33 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   char mods[96];
   fcl_modifier_defines(p, mods, sizeof mods);
   fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, 1, plan, kernel);
+  if (st) return st;
   /* Say why the vendor kernel was not taken where one exists for the platform. */
-  if (!st && (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY)))
+  if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
-  return st;
+  plan->splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, plan);
+  return plan->splits > 1 ? split_kernel(ctx, p, mods, plan, kernel) : FCL_SUCCESS;
 }
 
-fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *p) {
+/* Bytes of float32 partials (O and lse) of a split-KV call; 0 on overflow. */
+static size_t split_bytes(const fcl_problem *p, int splits) {
+  size_t rows = 0;
+  if (fcl_row_count(p, &rows) != FCL_SUCCESS) return 0;
+  const double bytes = (double)splits * (double)rows * (double)(p->d + 1) * sizeof(float);
+  return bytes > (double)(SIZE_MAX / 2) ? 0 : (size_t)bytes;
+}
+
+fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {
   const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
   const int64_t offsets[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
   for (int i = 0; i < 4; ++i) {
     const cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
-    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &vals[j]));
+    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &vals[j]));
   }
   const cl_int ints[4] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk};
-  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &ints[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_float), &p->scale));
-  return fcl_set_modifier_args(kernel, &a, p);
+  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_int), &ints[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_float), &p->scale));
+  return fcl_set_modifier_args(kernel, a, p);
 }
 
 fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {
@@ -150,20 +176,95 @@ fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem
   return FCL_SUCCESS;
 }
 
-/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows. */
-fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
-                               cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
-                               const cl_event *wait, cl_event *event) {
+/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows, times
+   t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
+static fcl_status enqueue_launch(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
+                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem part, cl_long part_lse_off,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *event) {
   cl_uint a = 0;
   const cl_mem bufs[5] = {q, k, v, o, lse};
   for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), bufs[i] ? &bufs[i] : NULL));
-  fcl_status st = fcl_set_problem_args(kernel, a, p);
+  fcl_status st = fcl_set_problem_args(kernel, &a, p);
   if (st) return st;
-  const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br);
+  const cl_int splits = t->splits > 1 ? t->splits : 1;
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &splits));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), part ? &part : NULL));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &part_lse_off));
+  const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br) * (size_t)splits;
   const size_t global[3] = {blocks * (size_t)t->wg, (size_t)p->heads, (size_t)p->batch};
   const size_t local[3] = {(size_t)t->wg, 1, 1};
   FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, event));
   return FCL_SUCCESS;
+}
+
+fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
+                               cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event) {
+  fcl_tile_plan one = *t;
+  one.splits = 1;
+  return enqueue_launch(queue, p, &one, kernel, q, k, v, o, lse, NULL, 0, num_wait, wait, event);
+}
+
+/* Split-KV: the partials into the workspace (or the context's scratch for queue), then their combine into o
+   and lse. The partials wait for the caller's list and for the scratch's previous use. Caller holds
+   ctx->lock. */
+static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t,
+                                cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                cl_uint num_wait, const cl_event *wait, cl_event *event) {
+  const size_t bytes = split_bytes(p, t->splits);
+  size_t rows = 0;
+  fcl_status st = fcl_row_count(p, &rows);
+  if (st) return st;
+  if (!bytes) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "split-KV partials of %d chunks are too large", t->splits);
+  cl_mem part = workspace;
+  cl_event last = NULL;
+  if (workspace) {
+    size_t have = 0;
+    FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof have, &have, NULL));
+    if (have < bytes)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "workspace holds %zu bytes; this call splits the keys into %d chunks and needs %zu "
+                      "(fcl_attention_forward_workspace_size)",
+                      have, t->splits, bytes);
+  } else if ((st = fcl_scratch_get(ctx, queue, bytes, &part, &last))) {
+    return st;
+  }
+  /* The caller's wait list and the scratch's previous use. */
+  cl_event waits_small[8], *waits = waits_small;
+  if (num_wait + 1 > 8 && !(waits = malloc((num_wait + 1) * sizeof *waits)))
+    return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
+  cl_uint n = 0;
+  for (cl_uint i = 0; i < num_wait; ++i) waits[n++] = wait[i];
+  if (last) waits[n++] = last;
+  const cl_long lse_off = (cl_long)((size_t)t->splits * rows * (size_t)p->d);
+  cl_event e_part = NULL, e_done = NULL;
+  st = enqueue_launch(queue, p, t, kernel, q, k, v, NULL, NULL, part, lse_off, n, n ? waits : NULL, &e_part);
+  if (waits != waits_small) free(waits);
+  if (st) return st;
+  const fcl_merge_parts parts = {part, 0, {(int64_t)(p->heads * p->nq * p->d), p->nq * p->d, p->d},
+                                 (int64_t)(rows * (size_t)p->d), part, lse_off, (cl_uint)t->splits, 0};
+  st = fcl_enqueue_combine(ctx, queue, p, &parts, o, lse, 1, &e_part, &e_done);
+  clReleaseEvent(e_part);
+  if (st) return st;
+  if (!workspace) fcl_scratch_used(ctx, queue, e_done);
+  if (event) *event = e_done;
+  else clReleaseEvent(e_done);
+  return FCL_SUCCESS;
+}
+
+/* The forward on a validated problem: select, then one launch or the split-KV pair. */
+static fcl_status run_forward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, cl_mem q, cl_mem k,
+                              cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace, cl_uint num_wait, const cl_event *wait,
+                              cl_event *event) {
+  pthread_mutex_lock(&ctx->lock);
+  fcl_tile_plan plan;
+  cl_kernel kernel;
+  fcl_status st = fcl_select_forward(ctx, p, &plan, &kernel);
+  if (!st)
+    st = plan.splits > 1 ? enqueue_split(ctx, queue, p, &plan, kernel, q, k, v, o, lse, workspace, num_wait, wait, event)
+                         : enqueue_launch(queue, p, &plan, kernel, q, k, v, o, lse, NULL, 0, num_wait, wait, event);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
 }
 
 fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
@@ -171,14 +272,41 @@ fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const
                                  const cl_event *wait, cl_event *event) {
   fcl_problem p;
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
-  if (st) return st;
+  return st ? st : run_forward(ctx, queue, &p, q, k, v, o, lse, NULL, num_wait, wait, event);
+}
+
+size_t fcl_attention_forward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
+  if (!ctx) {
+    fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    return 0;
+  }
+  fcl_problem p;
+  if (fcl_resolve_problem(desc, &p) != FCL_SUCCESS) return 0;
   pthread_mutex_lock(&ctx->lock);
   fcl_tile_plan plan;
   cl_kernel kernel;
-  st = fcl_select_forward(ctx, &p, &plan, &kernel);
-  if (!st) st = fcl_enqueue_forward(queue, &p, &plan, kernel, q, k, v, o, lse, num_wait, wait, event);
+  const fcl_status st = fcl_select_forward(ctx, &p, &plan, &kernel);
   pthread_mutex_unlock(&ctx->lock);
-  return st;
+  return st || plan.splits <= 1 ? 0 : split_bytes(&p, plan.splits);
+}
+
+fcl_status fcl_attention_forward_with_workspace(fcl_context *ctx, cl_command_queue queue,
+                                                const fcl_attention_desc *desc, cl_mem q, cl_mem k, cl_mem v,
+                                                cl_mem o, cl_mem lse, cl_mem workspace, cl_uint num_wait,
+                                                const cl_event *wait, cl_event *event) {
+  fcl_problem p;
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  if (st) return st;
+  if (workspace) {
+    /* Its size depends on the plan and is checked when the call splits. */
+    if ((st = fcl_check_float_buffer(ctx, workspace, "workspace", 0))) return st;
+    const cl_mem others[8] = {q, k, v, o, lse, p.alibi, p.mask, p.sinks};
+    static const char *const names[8] = {"q", "k", "v", "o", "lse", "desc->alibi_slopes", "desc->mask", "desc->sinks"};
+    for (int i = 0; i < 8; ++i)
+      if (others[i] && others[i] == workspace)
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "workspace is the same buffer as %s", names[i]);
+  }
+  return run_forward(ctx, queue, &p, q, k, v, o, lse, workspace, num_wait, wait, event);
 }
 
 fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
@@ -204,6 +332,12 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
   out->block_k = plan.bc;
   out->work_group_size = plan.wg;
   out->local_mem_bytes = plan.local_bytes;
-  out->work_groups = (size_t)((p.nq + plan.br - 1) / plan.br) * (size_t)p.heads * (size_t)p.batch;
+  out->splits = plan.splits > 1 ? plan.splits : 1;
+  out->work_groups = (size_t)((p.nq + plan.br - 1) / plan.br) * (size_t)out->splits * (size_t)p.heads * (size_t)p.batch;
+  if (out->splits > 1) {
+    const size_t n = strlen(out->reason);
+    snprintf(out->reason + n, sizeof out->reason - n, "; keys split into %d chunks, merged by a combine kernel",
+             out->splits);
+  }
   return FCL_SUCCESS;
 }

@@ -68,6 +68,7 @@ typedef struct fcl_tile_plan {
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
+  int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
   size_t local_bytes;
   char reason[192];
@@ -81,6 +82,15 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
    (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
 int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
                      fcl_tile_plan *out);
+
+/* The most chunks split-KV cuts a block's keys into. */
+#define FCL_MAX_SPLITS 128
+/* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
+   fill the device: the smallest count whose wave efficiency is within 85% of the best (FlashAttention-2's
+   rule), counting two work-groups per compute unit on a GPU and one on a CPU, at most FCL_MAX_SPLITS and
+   the block's key tiles. 1 for kernels that do not split. */
+struct fcl_problem;
+int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
 
 /* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
 
@@ -139,6 +149,19 @@ fcl_status fcl_tune_record(fcl_context *ctx, int head_dim, fcl_dtype dtype, cons
 /* The tune file of (head_dim, dtype) in ctx's cache directory (malloc'd), or NULL without a disk cache. */
 char *fcl_tune_file_path(const fcl_context *ctx, int head_dim, fcl_dtype dtype);
 
+/* ---- scratch.c: device scratch per command queue, owned by the context (split-KV partials) ---- */
+
+typedef struct fcl_scratch fcl_scratch;
+/* The context's scratch buffer for queue, at least bytes long; *last is the completion event of its
+   previous use (NULL: none), which work that writes it must wait for. Caller holds ctx->lock from here
+   until fcl_scratch_used. */
+fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t bytes, cl_mem *buf, cl_event *last);
+/* Records done (retained; may be NULL) as the completion of the buffer's latest use. */
+void fcl_scratch_used(fcl_context *ctx, cl_command_queue queue, cl_event done);
+/* Bytes of scratch the context holds over all queues. */
+size_t fcl_scratch_bytes(const fcl_context *ctx);
+void fcl_scratch_release_all(fcl_context *ctx);
+
 /* ---- context.c ---- */
 
 struct fcl_context {
@@ -151,6 +174,8 @@ struct fcl_context {
   pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
   fcl_program_entry *programs;
   uint32_t nvidia_mma_failed[3]; /* forward.c: per dtype, bit d/8-1: that tensor-core variant did not build */
+  fcl_scratch *scratch;          /* scratch.c (guarded by lock) */
+  int force_splits;              /* FLASHCL_FORWARD_SPLITS (development): split count of every portable forward */
   /* cache.c: where kernel requests were served from (guarded by lock) */
   uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
       cache_disk_write_failures;
@@ -267,12 +292,32 @@ fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *pl
    work-items than planned. Caller holds ctx->lock. */
 fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
                                 int tuned, fcl_tile_plan *plan, cl_kernel *kernel);
-/* Sets the problem's arguments every attention kernel takes after its buffers, from index a on: the offset
+/* Sets the problem's arguments every attention kernel takes after its buffers, from index *a on (advanced
+   past them): the offset
    and three strides of q, k, v and o, then num_heads, group, nq, nk, scale and the modifiers (FCL_MOD_ARGS). */
-fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint a, const fcl_problem *p);
+fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 /* Sets kernel's arguments for p and plan and enqueues one forward. Caller holds ctx->lock. */
 fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *plan,
                                cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event);
+
+/* ---- merge.c: the exact merge of partial results (cl/combine.cl) ---- */
+
+/* Partial results to merge: part i's O at element offset + i * part_stride of o (strides for batch, head,
+   row; each row's D elements contiguous), its lse at lse[lse_offset + i * rows + row], rows = batch *
+   heads * seqlen_q. in_dtype 0: O in float32; 1: in the problem's dtype. */
+typedef struct fcl_merge_parts {
+  cl_mem o;
+  int64_t offset, stride[3], part_stride;
+  cl_mem lse;
+  int64_t lse_offset;
+  cl_uint count;
+  int in_dtype;
+} fcl_merge_parts;
+/* Enqueues the combine of parts into o (p's dtype and o layout) and lse (optional), adding p's sinks once.
+   Caller holds ctx->lock. */
+fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
+                               const fcl_merge_parts *parts, cl_mem o, cl_mem lse, cl_uint num_wait,
                                const cl_event *wait, cl_event *event);
 
 /* ---- plan_backward.c and backward.c: the backward kernels ---- */

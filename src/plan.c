@@ -2,6 +2,7 @@
  * Every plan returned fits the device's local memory and work-group limits. */
 #include "internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -110,4 +111,31 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
   snprintf(out->reason, sizeof out->reason, "no tiling of head_dim %d fits %llu B of local memory and %zu work-items",
            head_dim, (unsigned long long)caps->local_mem_size, max_wg);
   return -1;
+}
+
+int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
+  if (t->kernel != FCL_KERNEL_PORTABLE) return 1;
+  const double groups = (double)((p->nq + t->br - 1) / t->br) * (double)p->heads * (double)p->batch;
+  const double slots = (double)(caps->compute_units ? caps->compute_units : 1) * (caps->is_cpu ? 1 : 2);
+  if (groups >= 0.8 * slots) return 1;
+  /* The keys one block of br rows can see: all of them, or its window's span. */
+  const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
+  const int64_t tiles = (span + t->bc - 1) / t->bc;
+  int max_splits = FCL_MAX_SPLITS;
+  if (tiles < max_splits) max_splits = (int)tiles;
+  if (slots < max_splits) max_splits = (int)slots;
+  /* A count is worth trying only if it changes the tiles per chunk. */
+#define CHUNK(s) ((tiles + (s) - 1) / (s))
+  double eff[FCL_MAX_SPLITS + 1], best = 0;
+  for (int s = 1; s <= max_splits; ++s) {
+    eff[s] = 0;
+    if (s > 1 && CHUNK(s) == CHUNK(s - 1)) continue;
+    const double waves = groups * s / slots;
+    eff[s] = waves / ceil(waves);
+    if (eff[s] > best) best = eff[s];
+  }
+  for (int s = 1; s <= max_splits; ++s)
+    if (eff[s] > 0 && eff[s] >= 0.85 * best) return s;
+#undef CHUNK
+  return 1;
 }

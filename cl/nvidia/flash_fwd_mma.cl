@@ -12,7 +12,8 @@
  * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up
  * to 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
  * bank conflicts), NW, MT, BC, QSMEM. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
- * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
+ * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. It does not split keys
+ * (the host plans one split for it; FCL_SPLIT_ARGS are unused). The host takes this
  * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
  * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
  * reads nothing); query rows beyond seqlen_q are computed on zeros and never written.
@@ -146,7 +147,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long k_off, long k_sb, long k_sh, long k_sn,
                    long v_off, long v_sb, long v_sh, long v_sn,
                    long o_off, long o_sb, long o_sh, long o_sn,
-                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;

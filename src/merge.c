@@ -1,0 +1,101 @@
+/* Exact merge of partial attention results over disjoint key sets (cl/combine.cl): split-KV's last step
+ * inside fcl_attention_forward, and fcl_attention_merge for callers (ring and cascade attention). */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const combine_files[] = {"common.cl", "combine.cl"};
+
+/* Work-items of the combine kernel: up to 64, a power of two the device and kernel admit. */
+static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int part_in_dtype, cl_kernel *kernel,
+                                 size_t *wg_out) {
+  size_t wg = 64;
+  while (wg > fcl_work_group_limit(&ctx->caps, 0) && wg > 1) wg /= 2;
+  for (;;) {
+    char defines[128];
+    snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d -DWG=%zu%s", (int)p->dtype, part_in_dtype,
+             (int)p->d, wg, p->sinks ? " -DSINKS=1" : "");
+    fcl_status st = fcl_get_kernel(ctx, combine_files, 2, "fcl_combine", defines, kernel);
+    if (st) return st;
+    size_t limit = 0;
+    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
+    if (wg <= limit) break;
+    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the combine kernel admits no work-group on %s", ctx->caps.device_name);
+    wg /= 2;
+  }
+  *wg_out = wg;
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
+                               const fcl_merge_parts *parts, cl_mem o, cl_mem lse, cl_uint num_wait,
+                               const cl_event *wait, cl_event *event) {
+  cl_kernel kernel;
+  size_t wg = 0;
+  fcl_status st = combine_kernel(ctx, p, parts->in_dtype, &kernel, &wg);
+  if (st) return st;
+  cl_uint a = 0;
+  const cl_long part_layout[5] = {parts->offset, parts->stride[0], parts->stride[1], parts->stride[2], parts->part_stride};
+  const cl_long o_layout[4] = {p->o_offset, p->o_stride[0], p->o_stride[1], p->o_stride[2]};
+  const cl_int count = (cl_int)parts->count, heads = (cl_int)p->heads, nq = (cl_int)p->nq;
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), &parts->o));
+  for (int i = 0; i < 5; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &part_layout[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), &parts->lse));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &parts->lse_offset));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &count));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), &o));
+  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &o_layout[i]));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), lse ? &lse : NULL));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &heads));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &nq));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), p->sinks ? &p->sinks : NULL));
+  const size_t rows = (size_t)(p->batch * p->heads * p->nq), global = rows * wg;
+  FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &wg, num_wait, wait, event));
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                               cl_uint num_parts, cl_mem o_parts, int64_t parts_stride, cl_mem lse_parts, cl_mem o,
+                               cl_mem lse, cl_uint num_wait, const cl_event *wait, cl_event *event) {
+  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  fcl_problem p;
+  fcl_status st;
+  size_t rows = 0;
+  if ((st = fcl_resolve_problem(desc, &p)) || (st = fcl_check_queue(ctx, queue)) ||
+      (st = fcl_check_wait_list(num_wait, wait)) || (st = fcl_row_count(&p, &rows)))
+    return st;
+  if (num_parts < 1 || num_parts > INT32_MAX)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts is %u; it must be at least 1", num_parts);
+  if (parts_stride < 0)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "parts_stride is %lld; it must not be negative", (long long)parts_stride);
+  /* Part i is a tensor laid out as o at element o_offset + i * parts_stride of o_parts. */
+  const int64_t last_offset = p.o_offset + (int64_t)(num_parts - 1) * parts_stride;
+  if (parts_stride && (last_offset - p.o_offset) / parts_stride != (int64_t)(num_parts - 1))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts * parts_stride overflows");
+  if ((st = fcl_check_tensor(ctx, o_parts, "o_parts", &p, p.heads, p.nq, p.o_stride, last_offset)) ||
+      (rows > SIZE_MAX / num_parts &&
+       (st = fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts * batch * num_heads * seqlen_q is too large"))) ||
+      (st = fcl_check_float_buffer(ctx, lse_parts, "lse_parts", rows * num_parts)) ||
+      (st = fcl_check_tensor(ctx, o, "o", &p, p.heads, p.nq, p.o_stride, p.o_offset)) ||
+      (st = fcl_check_no_overlap("o", &p, p.heads, p.nq, p.o_stride, "o")) ||
+      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, &p)))
+    return st;
+  const cl_mem outs[2] = {o, lse};
+  const char *const out_names[2] = {"o", "lse"};
+  const cl_mem ins[3] = {o_parts, lse_parts, p.sinks};
+  const char *const in_names[3] = {"o_parts", "lse_parts", "desc->sinks"};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      if (outs[i] && outs[i] == ins[j])
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is the same buffer as %s; outputs must not alias inputs",
+                        out_names[i], in_names[j]);
+  if (lse && lse == o) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as o");
+
+  const fcl_merge_parts parts = {o_parts, p.o_offset, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, parts_stride,
+                                 lse_parts, 0, num_parts, 1};
+  pthread_mutex_lock(&ctx->lock);
+  st = fcl_enqueue_combine(ctx, queue, &p, &parts, o, lse, num_wait, wait, event);
+  pthread_mutex_unlock(&ctx->lock);
+  return st;
+}
