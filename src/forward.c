@@ -56,11 +56,11 @@ fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *pl
 }
 
 fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
-                                int tuned, fcl_tile_plan *plan, cl_kernel *kernel) {
+                                int64_t rows, int tuned, fcl_tile_plan *plan, cl_kernel *kernel) {
   size_t kernel_limit = 0;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    if ((!tuned || fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0) &&
-        fcl_plan_forward(caps, d, dtype, kernel_limit, plan) != 0)
+    if ((!tuned || fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0 || (rows > 0 && rows < plan->br)) &&
+        fcl_plan_forward_rows(caps, d, dtype, kernel_limit, rows, plan) != 0)
       return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
     size_t wg = 0;
     fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, mods, kernel, &wg);
@@ -132,7 +132,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   }
   char mods[96];
   fcl_modifier_defines(p, mods, sizeof mods);
-  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, 1, plan, kernel);
+  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, p->nq, 1, plan, kernel);
   if (st) return st;
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))

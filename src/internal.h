@@ -82,6 +82,10 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
    (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
 int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
                      fcl_tile_plan *out);
+/* The same for a problem of `rows` query rows per (batch, head) (0: many): when they are fewer than the
+   rule's block, a shape with blocks just large enough (decode), else the rule's. */
+int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
+                          int64_t rows, fcl_tile_plan *out);
 
 /* The most chunks split-KV cuts a block's keys into. */
 #define FCL_MAX_SPLITS 128
@@ -287,11 +291,12 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
    holds ctx->lock. */
 fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
                                        cl_kernel *kernel, size_t *kernel_wg);
-/* The portable forward's plan for (d, dtype) on caps (tuned: the shape fcl_tune_forward recorded for the
-   context first, else the rule) and its built kernel, re-planned if the compiled kernel admits fewer
+/* The portable forward's plan for (d, dtype) and `rows` query rows (0: many) on caps (tuned: the shape
+   fcl_tune_forward recorded for the context first, unless rows is below its block, else the rule) and its
+   built kernel, re-planned if the compiled kernel admits fewer
    work-items than planned. Caller holds ctx->lock. */
 fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
-                                int tuned, fcl_tile_plan *plan, cl_kernel *kernel);
+                                int64_t rows, int tuned, fcl_tile_plan *plan, cl_kernel *kernel);
 /* Sets the problem's arguments every attention kernel takes after its buffers, from index *a on (advanced
    past them): the offset
    and three strides of q, k, v and o, then num_heads, group, nq, nk, scale and the modifiers (FCL_MOD_ARGS). */

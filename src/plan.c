@@ -139,3 +139,26 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
 #undef CHUNK
   return 1;
 }
+
+int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
+                          int64_t rows, fcl_tile_plan *out) {
+  if (fcl_plan_forward(caps, head_dim, dtype, kernel_max_wg, out) != 0) return -1;
+  if (rows <= 0 || rows >= out->br || caps->forward_shape[0]) return 0;
+  /* Few query rows (decode): the same keys per tile and work-items per row, with as few rows per block as
+     cover them, so that no work-item computes padding rows; whole warps where the device has them. */
+  const fcl_tile_plan rule = *out;
+  const size_t multiple = caps->preferred_multiple ? caps->preferred_multiple : 1;
+  for (int whole = 1; whole >= 0; --whole)
+    for (int tr = 1; tr <= rule.tr; tr *= 2)
+      for (int rm = 1; rm <= rule.rm; rm *= 2) {
+        fcl_tile_plan p;
+        if (tr * rm < rows || (whole && (size_t)(tr * rule.tc) % multiple) ||
+            fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, rule.tc, rm, rule.rn, 1, rule.kt, &p) != 0)
+          continue;
+        snprintf(p.reason, sizeof p.reason, "%lld query rows: %dx%d work-items, each %d rows x %d keys, %d output columns",
+                 (long long)rows, tr, rule.tc, rm, rule.rn, p.dn);
+        *out = p;
+        return 0;
+      }
+  return 0;
+}

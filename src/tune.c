@@ -299,7 +299,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   fcl_tile_plan def, best;
   cl_kernel def_kernel;
   pthread_mutex_lock(&ctx->lock);
-  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, &def, &def_kernel);
+  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, 0, &def, &def_kernel);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
 

@@ -39,6 +39,7 @@ typedef struct options {
   long long max_seqlen;
   int causal;
   int window;             /* --window L,R */
+  long long seqlen_q;     /* --seqlen-q: fixed query rows (decode); 0: Nq = Nk */
   long long window_left, window_right;
   int impl[IMPL_COUNT];
   int iters, warmup;
@@ -63,6 +64,7 @@ typedef struct result {
   char status[32];   /* "ok", "unsupported", "out of memory", "error" */
   char message[512];
   double median_ms, min_ms, max_ms, tflops;
+  double kv_gbps; /* bytes of K and V in the inputs per median time, GB/s */
   size_t extra_bytes;
   const char *timer;
   double max_diff; /* reference rows: max |O_flash - O_reference| when both ran; < 0: not compared */
@@ -78,6 +80,8 @@ static void usage(FILE *f) {
           "  --seqlen N[,N...]   sequence lengths, Nq = Nk (default 512,1024,2048,4096)\n"
           "  --sweep             N = 512, 1024, ... up to --max-seqlen (default 131072); the reference path\n"
           "                      stops at its first failure (out of memory), the others go on\n"
+          "  --seqlen-q Q        Q query rows against each --seqlen N keys (decode: 1; default Q = N);\n"
+          "                      the table then also gives the K and V bytes read per second\n"
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
@@ -149,6 +153,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--kv-heads")) NUMBER(o->kv_heads, 0);
     else if (!strcmp(a, "--head-dim")) NUMBER(o->head_dim, 1);
     else if (!strcmp(a, "--max-seqlen")) NUMBER(o->max_seqlen, 1);
+    else if (!strcmp(a, "--seqlen-q")) NUMBER(o->seqlen_q, 1);
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--causal")) o->causal = 1;
@@ -526,6 +531,9 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const te
     flops /= 2;
   }
   r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
+  const double kv_bytes = 2.0 * (double)desc->batch * (double)(desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads) *
+                          (double)desc->seqlen_k * (double)desc->head_dim * (desc->dtype == FCL_DTYPE_F32 ? 4.0 : 2.0);
+  r->kv_gbps = kv_bytes / (r->median_ms * 1e-3) / 1e9;
   free(times);
 }
 
@@ -577,6 +585,8 @@ static void print_header(const bench *b) {
          b->platform_name, b->driver);
   char window[64] = "";
   if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
+  if (o->seqlen_q)
+    snprintf(window + strlen(window), sizeof window - strlen(window), "  Nq=%lld (N keys)", o->seqlen_q);
   printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
@@ -597,9 +607,11 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
            dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, n, o->head_dim,
            o->causal ? "true" : "false", o->iters, o->warmup, r->status);
     if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
+    if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
     if (r->ok)
-      printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"extra_bytes\":%zu,\"timer\":\"%s\"",
-             r->median_ms, r->min_ms, r->max_ms, r->tflops, r->extra_bytes, r->timer);
+      printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
+             "\"timer\":\"%s\"",
+             r->median_ms, r->min_ms, r->max_ms, r->tflops, r->kv_gbps, r->extra_bytes, r->timer);
     if (r->max_diff >= 0) printf(",\"max_abs_diff_vs_flash\":%.3g", r->max_diff);
     if (!r->ok) {
       printf(",\"message\":");
@@ -610,9 +622,11 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
     char diff[32] = "-", extra[32];
     if (r->max_diff >= 0) snprintf(diff, sizeof diff, "%.2e", r->max_diff);
     human_bytes(r->extra_bytes, extra, sizeof extra);
-    printf("%-6s %-10s %7lld %11.3f %11.3f %11.3f %9.4f %12s %12s  ok%s\n", "bench", impl_names[impl], n,
+    char kv[48] = "";
+    if (o->seqlen_q) snprintf(kv, sizeof kv, ", K+V read %.1f GB/s", r->kv_gbps);
+    printf("%-6s %-10s %7lld %11.3f %11.3f %11.3f %9.4f %12s %12s  ok%s%s\n", "bench", impl_names[impl], n,
            r->median_ms, r->min_ms, r->max_ms, r->tflops, extra, diff,
-           strcmp(r->timer, "wall") ? "" : " (wall clock)");
+           strcmp(r->timer, "wall") ? "" : " (wall clock)", kv);
   } else {
     printf("%-6s %-10s %7lld %11s %11s %11s %9s %12s %12s  %s: %s\n", "bench", impl_names[impl], n, "-", "-", "-", "-",
            "-", "-", r->status, r->message);
@@ -671,7 +685,7 @@ int main(int argc, char **argv) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.batch = o->batch, desc.num_heads = o->heads, desc.num_kv_heads = o->kv_heads;
-    desc.seqlen_q = desc.seqlen_k = n, desc.head_dim = o->head_dim;
+    desc.seqlen_q = o->seqlen_q ? o->seqlen_q : n, desc.seqlen_k = n, desc.head_dim = o->head_dim;
     desc.dtype = o->dtype, desc.causal = o->causal;
     desc.window = o->window, desc.window_left = o->window_left, desc.window_right = o->window_right;
     tensors t;
