@@ -2,17 +2,17 @@
  * fcl_attention_backward ("backward") on one OpenCL device, over a list of sequence lengths or a sweep
  * that doubles N until the reference path runs out of memory and goes on with the others.
  *
- * Timing: each run is enqueued behind a marker that waits on a user event; the user event is released
- * once the whole call is enqueued, so host-side enqueue cost is excluded and the device runs the call's
- * commands back to back. A run's time is the profiling END of its last command minus the END of that
- * marker (all of a multi-command call, gaps between its commands included); the flash forward, a single
- * kernel, is timed by its own START and END. Where the device reports no usable profiling times the host's
+ * Timing: each run is enqueued behind a gate command (a 4-byte fill) that waits on a user event; the user
+ * event is released once the whole call is enqueued, so host-side enqueue cost is excluded and the device
+ * runs the call's commands back to back. A run's time is the profiling END of its last command minus the
+ * END of the gate (all of a multi-command call, gaps between its commands included); a flash forward of
+ * one kernel (not split) is timed by its own START and END. Where the device reports no usable profiling times the host's
  * wall clock from the release to completion is used (shown as timer "wall"). After --warmup untimed runs,
  * --iters runs give the median, min and max.
  *
  * FLOP counts (the usual convention, so rows compare by time): forward 4*B*H*Nq*Nk*d, backward
  * 10*B*H*Nq*Nk*d, halved when causal. Extra memory: device memory a call allocates beyond its inputs and
- * outputs: 0 for flash forward, the score matrix and float32 copies for the reference path, the
+* outputs: the split-KV partials for flash forward (0 unless it splits), the score matrix and float32 copies for the reference path, the
  * workspace for backward.
  */
 #include "internal.h"
@@ -56,6 +56,7 @@ typedef struct bench {
   fcl_context *fcl;
   char device_name[256], driver[128], platform_name[128];
   cl_ulong max_alloc;
+  cl_mem gate_buf; /* 4 bytes the gate command fills */
 } bench;
 
 /* One (impl, N) measurement. */
@@ -294,6 +295,11 @@ static int open_device(bench *b) {
     fprintf(stderr, "flashcl-bench: clCreateCommandQueue failed (%d)\n", (int)err);
     return -1;
   }
+  b->gate_buf = clCreateBuffer(b->context, CL_MEM_READ_WRITE, 4, NULL, &err);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "flashcl-bench: clCreateBuffer failed (%d)\n", (int)err);
+    return -1;
+  }
   fcl_status st = fcl_context_create(b->context, b->device, NULL, &b->fcl);
   if (st) {
     fprintf(stderr, "flashcl-bench: fcl_context_create: %s: %s\n", fcl_status_string(st), fcl_last_error());
@@ -410,6 +416,7 @@ static cl_mem make_buffer(bench *b, size_t count, fcl_dtype t, int random, cl_in
 
 typedef struct tensors {
   cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
+  int splits; /* the flash forward's split-KV chunks (fcl_describe_plan) */
 } tensors;
 
 static fcl_status call_impl(bench *b, int impl, const fcl_attention_desc *desc, const tensors *t, cl_event *ev) {
@@ -438,7 +445,9 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
   cl_event gate = clCreateUserEvent(b->context, &err);
   if (err != CL_SUCCESS) return FCL_ERROR_OPENCL;
   cl_event marker = NULL, ev = NULL;
-  err = clEnqueueMarkerWithWaitList(b->queue, 1, &gate, &marker);
+  /* The gate command: a 4-byte fill (a real command, so drivers that give markers no time still time it). */
+  const cl_uint zero = 0;
+  err = clEnqueueFillBuffer(b->queue, b->gate_buf, &zero, sizeof zero, 0, sizeof zero, 1, &gate, &marker);
   if (err != CL_SUCCESS) {
     clSetUserEventStatus(gate, CL_COMPLETE);
     clReleaseEvent(gate);
@@ -451,11 +460,12 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
     clWaitForEvents(1, &ev);
     const double wall = now_ms() - t0;
     cl_ulong start = 0, end = 0;
-    /* The flash forward is one kernel: its own start and end are the exact device time. A multi-command
-       call is measured from the end of the gate's marker (some drivers, NVIDIA's among them, give that
-       marker no usable time, and then the wall clock is used). */
-    int ok = clGetEventProfilingInfo(impl == IMPL_FLASH ? ev : marker,
-                                     impl == IMPL_FLASH ? CL_PROFILING_COMMAND_START : CL_PROFILING_COMMAND_END,
+    /* A flash forward of one kernel: its own start and end are the exact device time. A multi-command call
+       (split-KV, backward, reference) is measured from the end of the gate's fill (where that has no usable
+       time, the wall clock is used). */
+    const int one_kernel = impl == IMPL_FLASH && t->splits <= 1;
+    int ok = clGetEventProfilingInfo(one_kernel ? ev : marker,
+                                     one_kernel ? CL_PROFILING_COMMAND_START : CL_PROFILING_COMMAND_END,
                                      sizeof start, &start, NULL) == CL_SUCCESS &&
              clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) == CL_SUCCESS &&
              end > start;
@@ -494,6 +504,7 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const te
   r->timer = "events";
   if (impl == IMPL_REFERENCE) r->extra_bytes = fcl_reference_scratch_bytes(b->fcl, desc);
   if (impl == IMPL_BACKWARD) r->extra_bytes = fcl_attention_backward_workspace_size(b->fcl, desc);
+  if (impl == IMPL_FLASH) r->extra_bytes = fcl_attention_forward_workspace_size(b->fcl, desc); /* split-KV partials */
   double *times = malloc(sizeof(double) * (size_t)o->iters);
   int wall = 0;
   for (int i = 0; i < o->warmup + o->iters; ++i) {
@@ -657,6 +668,9 @@ static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int 
       !(t->lse = make_buffer(b, rows, FCL_DTYPE_F32, 0, &err)))
     return err;
   if (impl[IMPL_REFERENCE] && !(t->o_ref = make_buffer(b, qn, o->dtype, 0, &err))) return err;
+  fcl_plan_info info;
+  memset(&info, 0, sizeof info);
+  t->splits = fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &info) == FCL_SUCCESS ? info.splits : 1;
   if (impl[IMPL_BACKWARD]) {
     const size_t ws = fcl_attention_backward_workspace_size(b->fcl, desc);
     if (!(t->d_o = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->dq = make_buffer(b, qn, o->dtype, 0, &err)) ||
@@ -737,6 +751,7 @@ int main(int argc, char **argv) {
     release_tensors(&t);
   }
   fcl_context_release(b.fcl);
+  clReleaseMemObject(b.gate_buf);
   clReleaseCommandQueue(b.queue);
   clReleaseContext(b.context);
   return failures ? 1 : 0;
