@@ -11,9 +11,9 @@
  * --iters runs give the median, min and max.
  *
  * FLOP counts (the usual convention, so rows compare by time): forward 4*B*H*Nq*Nk*d, backward
- * 10*B*H*Nq*Nk*d, halved when causal. Extra memory: device memory a call allocates beyond its inputs and
-* outputs: the split-KV partials for flash forward (0 unless it splits), the score matrix and float32 copies for the reference path, the
- * workspace for backward.
+ * 10*B*H*Nq*Nk*d, halved when causal. Extra memory: device memory a call uses beyond its inputs and
+ * outputs: the split-KV partials for the flash forward (0 unless it splits), the score matrix and float32
+ * copies for the reference path, the workspace for the backward.
  */
 #include "internal.h"
 
