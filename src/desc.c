@@ -1,6 +1,7 @@
 /* Descriptor validation shared by every operation: sizes, strides, buffers, queue and wait list. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,6 +130,10 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   }
   if (!isfinite(desc->scale))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite (0 = 1/sqrt(head_dim))", (double)desc->scale);
+  /* Kernels turn scores into log2 units with scale * log2(e) in float; that product must stay finite. */
+  if (fabs((double)desc->scale) * 1.4426950408889634 > (double)FLT_MAX)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; its magnitude must be at most %g (scale * log2(e) must be a finite float)",
+                    (double)desc->scale, (double)FLT_MAX / 1.4426950408889634);
   if (desc->causal != 0 && desc->causal != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->causal is %d; it must be 0 or 1", desc->causal);
 

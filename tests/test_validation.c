@@ -79,6 +79,9 @@ int main(void) {
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "dtype 7", "dtype", fx.desc.dtype = (fcl_dtype)7);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale NaN", "scale", fx.desc.scale = NAN);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale infinite", "scale", fx.desc.scale = INFINITY);
+  /* Kernels scale by scale * log2(e) in float: a scale whose product overflows would give all-NaN output. */
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale 3e38 (scale * log2(e) overflows)", "scale", fx.desc.scale = 3e38f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale -3e38", "scale", fx.desc.scale = -3e38f);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "causal 2", "causal", fx.desc.causal = 2);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative stride", "q_stride[1]",
               (fx.desc.q_stride[0] = 576, fx.desc.q_stride[1] = -1, fx.desc.q_stride[2] = 16));
