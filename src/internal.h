@@ -147,6 +147,7 @@ struct fcl_context {
   fcl_device_caps caps;
   char *build_options; /* the caller's, may be "" */
   char *cache_dir;     /* resolved disk cache directory; NULL: no disk cache */
+  char cache_refused[320]; /* why the resolved directory was not trusted (cache_dir is then NULL); "" */
   unsigned flags;
   pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
   fcl_program_entry *programs;
@@ -163,7 +164,7 @@ struct fcl_context {
 
 #define FCL_CACHE_KEY_SIZE 32
 #define FCL_CACHE_TAG_SIZE 16
-#define FCL_CACHE_HEADER_SIZE 104
+#define FCL_CACHE_HEADER_SIZE 112 /* the fixed part; the label (kernel name, build options) follows */
 typedef struct fcl_cache_key {
   unsigned char bytes[FCL_CACHE_KEY_SIZE];
 } fcl_cache_key;
@@ -186,16 +187,30 @@ void fcl_cache_key_compute(const fcl_device_caps *caps, const char *source, cons
 void fcl_cache_key_hex(const fcl_cache_key *key, char hex[2 * FCL_CACHE_KEY_SIZE + 1]);
 /* The device identity alone (platform, device, driver), recorded in each entry's header. */
 void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CACHE_TAG_SIZE]);
-/* Writes <dir>/<hex key>.bin with a header for payload (temporary file + rename; creates dir). 0: written. */
+/* 0 when dir may hold the cache: it does not exist yet, or it is a directory owned by this user that group
+   and others cannot write; else -1 with why (the context then runs without the disk cache). */
+int fcl_cache_dir_check(const char *dir, char *why, size_t why_size);
+/* Writes <dir>/<hex key>.bin with a header and the label (name, options) for payload (temporary file +
+   rename; creates dir 0700; refuses an untrusted dir). 0: written. */
 int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
-                          const void *payload, size_t size);
-/* The payload of the verified entry <dir>/<hex key>.bin (malloc'd; *size its length), or NULL when it is
-   missing, short, corrupt or for another key. */
-unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, size_t *size);
+                          const char *name, const char *options, const void *payload, size_t size);
+/* Parses the bytes of a whole entry file, with no I/O: the payload (inside data) of a well-formed entry of
+   key labelled exactly (name, options) whose checksum holds, or NULL. */
+const unsigned char *fcl_cache_parse_entry(const unsigned char *data, size_t size, const fcl_cache_key *key,
+                                           const char *name, const char *options, size_t *payload_size);
+/* The payload of the verified entry <dir>/<hex key>.bin labelled (name, options) (malloc'd; *size its
+   length), or NULL when it is missing, not a regular file, too large, short, corrupt or another's. */
+unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, const char *name, const char *options,
+                                    size_t *size);
 /* Hooks for program.c; the caller holds ctx->lock. fcl_cache_load computes *key and returns a built program
-   from a verified entry, or NULL (a miss). fcl_cache_store counts a source build and writes its binary. */
-cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key);
-void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, cl_program program);
+   from a verified entry with its kernel `name` in *kernel, or NULL (a miss: anything that fails after the
+   file is read counts as rejected). fcl_cache_store counts a source build and writes its binary. */
+cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, const char *name,
+                          fcl_cache_key *key, cl_kernel *kernel);
+void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *name, const char *options,
+                     cl_program program);
+/* The label name of tune records (tune.c) in the cache's entry format. */
+#define FCL_TUNE_ENTRY_NAME "flashcl forward tune"
 void fcl_cache_note_memory_hit(fcl_context *ctx);
 
 /* ---- desc.c: descriptor validation shared by every operation ---- */
