@@ -194,12 +194,8 @@ static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const ch
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
-                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
-  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
-  size_t size = 0;
-  fcl_status st = check_mem_context(ctx, buf, what, &size);
-  if (st) return st;
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+                            const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end) {
   /* Last element reached, in elements, with every step checked against overflow. */
   const int64_t counts[3] = {p->batch, heads, rows};
   uint64_t last = (uint64_t)p->d - 1;
@@ -212,6 +208,19 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
   uint64_t need = 0;
   if (mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: its strides and offset reach beyond any buffer", what);
+  *first = (uint64_t)offset * p->elem_size; /* offset <= last < 2^62 elements */
+  *end = need;
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
+                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
+  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+  size_t size = 0;
+  fcl_status st = check_mem_context(ctx, buf, what, &size);
+  if (st) return st;
+  uint64_t first, need;
+  if ((st = fcl_tensor_bytes(p, what, heads, rows, stride, offset, &first, &need))) return st;
   if (need > size)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "%s is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes", what,

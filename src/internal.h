@@ -248,6 +248,10 @@ void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
 fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
+/* The bytes [*first, *end) of a buffer that a [batch, heads, rows, d] tensor with these strides and offset
+   can reach (no I/O; every product checked against overflow). what names the tensor in messages. */
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+                            const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end);
 /* Checks that buf belongs to ctx's cl_context and holds every element of a [batch, heads, rows, d]
    tensor with the given strides and offset. what names the argument in messages. */
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
