@@ -134,10 +134,11 @@ static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, 
   return FCL_SUCCESS;
 }
 
-/* Sets every argument of the three kernels (nothing is enqueued if one fails), then enqueues them as a
-   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV; dQ's event is the caller's. Only a
-   failing clEnqueueNDRangeKernel after the first (an OpenCL failure, not a bad argument) can leave part
-   of the chain enqueued; it then still runs in order and writes only the buffers named as outputs. */
+/* Sets every argument of the kernels (nothing is enqueued if one fails), then enqueues them as an event
+   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV, d_sinks (when asked for) on dQ; the
+   last one's event is the caller's. Only a failing clEnqueueNDRangeKernel after the first (an OpenCL
+   failure, not a bad argument) can leave part of the chain enqueued; it then still runs in order and
+   writes only the buffers named as outputs. */
 static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
                                    const fcl_tile_plan plans[2], cl_kernel kernels[4], size_t dsinks_wg, cl_mem q, cl_mem k,
                                    cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q, cl_mem d_k,
@@ -185,26 +186,29 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
                               (size_t)p->batch};
   const size_t q_local[3] = {(size_t)qp->wg, 1, 1};
 
-  cl_event e_pre = NULL, e_kv = NULL, e_dq = NULL;
-  cl_int err = clEnqueueNDRangeKernel(queue, kernels[0], 3, NULL, pre_global, pre_lsize, num_wait, wait, &e_pre);
-  if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_pre)", err);
-  err = clEnqueueNDRangeKernel(queue, kernels[1], 3, NULL, kv_global, kv_local, 1, &e_pre, &e_kv);
-  if (err != CL_SUCCESS) {
-    st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dkdv)", err);
-  } else {
-    err = clEnqueueNDRangeKernel(queue, kernels[2], 3, NULL, q_global, q_local, 1, &e_kv, kernels[3] ? &e_dq : event);
-    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dq)", err);
+  /* Through an event chain: the intermediate events must outlive the commands that depend on them. d_sinks
+     reads Dvec and lse only; it runs last so one event covers every output. */
+  static const char *const names[4] = {"clEnqueueNDRangeKernel(flash_bwd_pre)", "clEnqueueNDRangeKernel(flash_bwd_dkdv)",
+                                       "clEnqueueNDRangeKernel(flash_bwd_dq)",
+                                       "clEnqueueNDRangeKernel(flash_bwd_dsinks)"};
+  const size_t ds_global[3] = {(size_t)p->heads * dsinks_wg, 1, 1}, ds_local[3] = {dsinks_wg, 1, 1};
+  const size_t *globals[4] = {pre_global, kv_global, q_global, ds_global};
+  const size_t *locals[4] = {pre_lsize, kv_local, q_local, ds_local};
+  const cl_uint dims[4] = {3, 3, 3, 1};
+  fcl_chain chain;
+  st = FCL_SUCCESS;
+  fcl_chain_begin(&chain, queue, num_wait, wait);
+  for (int i = 0; i < (kernels[3] ? 4 : 3) && !st; ++i) {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if ((st = fcl_chain_next(&chain, &nw, &w, &ev))) break;
+    cl_int err = clEnqueueNDRangeKernel(queue, kernels[i], dims[i], NULL, globals[i], locals[i], nw, w, ev);
+    fcl_chain_push(&chain);
+    if (err != CL_SUCCESS) st = fcl_cl_failure(names[i], err);
   }
-  if (!st && kernels[3]) {
-    /* d_sinks reads Dvec and lse only; it runs last so one event covers every output. */
-    const size_t ds_global = (size_t)p->heads * dsinks_wg;
-    err = clEnqueueNDRangeKernel(queue, kernels[3], 1, NULL, &ds_global, &dsinks_wg, 1, &e_dq, event);
-    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dsinks)", err);
-  }
-  clReleaseEvent(e_pre);
-  if (e_kv) clReleaseEvent(e_kv);
-  if (e_dq) clReleaseEvent(e_dq);
-  return st;
+  const fcl_status end = fcl_chain_end(&chain, st ? NULL : event);
+  return st ? st : end;
 }
 
 fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,

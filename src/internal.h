@@ -213,6 +213,44 @@ void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *nam
 #define FCL_TUNE_ENTRY_NAME "flashcl forward tune"
 void fcl_cache_note_memory_hit(fcl_context *ctx);
 
+/* ---- chain.c: an event chain, for every operation of more than one command ---- */
+
+/* The commands of one operation, enqueued in order, each waiting on the one before; the first waits on the
+   caller's list. Their events stay alive until the last command completes or fails (see chain.c for why).
+   Use:
+     fcl_chain ch;
+     fcl_chain_begin(&ch, queue, num_wait, wait);
+     for each command:
+       cl_uint nw; const cl_event *w; cl_event *ev;
+       if ((st = fcl_chain_next(&ch, &nw, &w, &ev))) break;       // nothing enqueued for this step
+       err = clEnqueueNDRangeKernel(queue, kernel, ..., nw, w, ev); // or any call that returns an event
+       fcl_chain_push(&ch);                                         // keeps *ev when the call made one
+       if (err != CL_SUCCESS) { st = fcl_cl_failure(...); break; }
+     fcl_status end = fcl_chain_end(&ch, st ? NULL : event);
+     return st ? st : end;
+   A command that takes no wait list (CLBlast) is passed only ev; on an in-order queue the order holds
+   anyway, on an out-of-order queue put a barrier step (clEnqueueBarrierWithWaitList(queue, nw, w, ev))
+   before it. Call fcl_chain_end on failure too: what was enqueued still runs and its events are released
+   after it. The caller learns of a failed dependency from its event's negative status. */
+typedef struct fcl_chain {
+  cl_command_queue queue;
+  cl_uint num_wait;
+  const cl_event *wait;
+  cl_event *events; /* one per enqueued command, owned until fcl_chain_end hands them to a callback */
+  size_t count, capacity;
+} fcl_chain;
+
+void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait);
+/* What the next command waits on (*num_wait, *wait) and where its event goes (*event, set to NULL here).
+   Fails only when out of host memory, before anything is enqueued. */
+fcl_status fcl_chain_next(fcl_chain *c, cl_uint *num_wait, const cl_event **wait, cl_event **event);
+/* Keeps the event the last fcl_chain_next slot received, if the command made one. */
+void fcl_chain_push(fcl_chain *c);
+/* Ends the chain: *event (optional; untouched when nothing was enqueued) receives the last command's event,
+   which the caller releases; a callback on it releases every other event. Returns FCL_SUCCESS, or the
+   failure of clSetEventCallback (then it has waited for the last command and released the events). */
+fcl_status fcl_chain_end(fcl_chain *c, cl_event *event);
+
 /* ---- desc.c: descriptor validation shared by every operation ---- */
 
 /* A validated descriptor with defaults resolved. */
