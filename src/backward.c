@@ -44,21 +44,32 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
       (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
 
-  /* Every buffer written (gradients, workspace) must differ from every other buffer. */
-  const cl_mem outs[5] = {d_q, d_k, d_v, workspace, p->d_sinks};
-  const char *const out_names[5] = {"d_q", "d_k", "d_v", "workspace", "desc->d_sinks"};
-  const cl_mem all[14] = {q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, p->d_sinks, p->alibi, p->mask, p->sinks};
-  const char *const all_names[14] = {"q",   "k",   "v",         "o",
-                                     "lse", "d_o", "d_q",       "d_k",
-                                     "d_v", "workspace", "desc->d_sinks", "desc->alibi_slopes",
-                                     "desc->mask", "desc->sinks"};
-  for (int i = 0; i < 5; ++i)
-    for (int j = 0; j < 14; ++j)
-      if (outs[i] && j != 6 + i && outs[i] == all[j])
-        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
-                        "%s is the same buffer as %s; outputs must not alias inputs or each other", out_names[i],
-                        all_names[j]);
-  return FCL_SUCCESS;
+  /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other;
+     fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
+  uint64_t r[4][2], m[3][2];
+  size_t rows = 0;
+  if ((st = fcl_row_count(p, &rows)) ||
+      (st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
+      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
+      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
+      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
+    return st;
+  fcl_modifier_bytes(p, m[0], m[1], m[2]);
+  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
+                                 {k, r[1][0], r[1][1], 0, "k"},
+                                 {v, r[2][0], r[2][1], 0, "v"},
+                                 {o, r[3][0], r[3][1], 0, "o"},
+                                 {lse, 0, (uint64_t)rows * sizeof(float), 0, "lse"},
+                                 {d_o, r[3][0], r[3][1], 0, "d_o"},
+                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
+                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
+                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                 {d_q, r[0][0], r[0][1], 1, "d_q"},
+                                 {d_k, r[1][0], r[1][1], 1, "d_k"},
+                                 {d_v, r[2][0], r[2][1], 1, "d_v"},
+                                 {workspace, 0, (uint64_t)*ws_floats * sizeof(float), 1, "workspace"},
+                                 {p->d_sinks, 0, (uint64_t)p->heads * sizeof(float), 1, "desc->d_sinks"}};
+  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
 }
 
 static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {

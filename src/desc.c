@@ -303,6 +303,25 @@ static fcl_status check_float_range(const fcl_context *ctx, cl_mem buf, const ch
   return FCL_SUCCESS;
 }
 
+void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]) {
+  /* fcl_check_modifiers has bounded every sum and product here below 2^62. */
+  alibi[0] = alibi[1] = mask[0] = mask[1] = sinks[0] = sinks[1] = 0;
+  if (p->alibi) {
+    alibi[0] = (uint64_t)p->alibi_offset * sizeof(float);
+    alibi[1] = ((uint64_t)p->alibi_offset + (uint64_t)(p->batch - 1) * (uint64_t)p->alibi_sb + (uint64_t)p->heads) *
+               sizeof(float);
+  }
+  if (p->mask) {
+    const uint64_t es = p->mask_dtype == FCL_DTYPE_F32 ? 4 : 2;
+    const int64_t counts[3] = {p->batch, p->heads, p->nq};
+    uint64_t last = (uint64_t)p->mask_offset + (uint64_t)p->nk - 1;
+    for (int i = 0; i < 3; ++i) last += (uint64_t)(counts[i] - 1) * (uint64_t)p->mask_stride[i];
+    mask[0] = (uint64_t)p->mask_offset * es;
+    mask[1] = (last + 1) * es;
+  }
+  if (p->sinks) sinks[1] = (uint64_t)p->heads * sizeof(float);
+}
+
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p) {
   fcl_status st;
   if (p->alibi) {

@@ -299,6 +299,9 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
    fcl_check_tensor. */
 fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
                                 const int64_t stride[3], const char *desc_field);
+/* The bytes [first, end) of the modifiers' buffers that p can reach, for fcl_check_aliasing: ALiBi slopes,
+   mask, sinks ({0, 0} for one that is off). Call after fcl_check_modifiers. */
+void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]);
 /* Checks the modifiers' buffers (ALiBi slopes, mask, sinks): context and size for p. */
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p);
 /* batch * heads * seqlen_q (lse elements), checked against overflow. */
@@ -307,6 +310,26 @@ fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);
 fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait);
+
+/* ---- alias.c: no output may share memory with another buffer of the call ---- */
+
+/* One buffer of a call: the bytes [first, end) of buf it may touch, whether the call writes it, and its
+   argument name for messages. An operation lists every buffer it takes, one line each (buf NULL: an
+   optional buffer not passed, skipped):
+     const fcl_buffer_use uses[] = {{q, q0, q1, 0, "q"}, ..., {o, o0, o1, 1, "o"}, {lse, 0, rows * 4, 1, "lse"}};
+   with tensor ranges from fcl_tensor_bytes. */
+typedef struct fcl_buffer_use {
+  cl_mem buf;
+  uint64_t first, end;
+  int is_output;
+  const char *name;
+} fcl_buffer_use;
+
+/* Refuses (FCL_ERROR_INVALID_ARGUMENT, "<output> overlaps <other>: ...") any output whose bytes overlap
+   another use's: the same buffer, sub-buffers of one parent (or a sub-buffer and its parent), or
+   CL_MEM_USE_HOST_PTR buffers over one host array. Inputs may overlap each other. At most 32 uses. Call
+   after each buffer has been checked (fcl_check_tensor, fcl_check_float_buffer). */
+fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 
 /* ---- forward.c: shared with the other operations and fcl_describe_plan ---- */
 
