@@ -22,6 +22,11 @@ static fcl_status place(const fcl_buffer_use *u, placed *out) {
   FCL_CL_CHECK(clGetMemObjectInfo(u->buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL));
   FCL_CL_CHECK(clGetMemObjectInfo(u->buf, CL_MEM_OFFSET, sizeof offset, &offset, NULL));
   FCL_CL_CHECK(clGetMemObjectInfo(u->buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL));
+  /* The kernels write outputs and read inputs; a buffer created to forbid that is refused. */
+  if (u->is_output && (flags & CL_MEM_READ_ONLY))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s was created CL_MEM_READ_ONLY; the kernels write it", u->name);
+  if (!u->is_output && (flags & CL_MEM_WRITE_ONLY))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s was created CL_MEM_WRITE_ONLY; the kernels read it", u->name);
   out->root = parent ? parent : u->buf;
   out->first = (uint64_t)offset + u->first; /* both below 2^62 (fcl_tensor_bytes, CL_MEM_SIZE) */
   out->end = (uint64_t)offset + u->end;

@@ -189,6 +189,11 @@ static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const ch
                     fcl_cl_error_name(err), (int)err);
   if (mem_ctx != ctx->context)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s belongs to another cl_context than the fcl_context's", what);
+  cl_mem_object_type type = 0;
+  FCL_CL_CHECK(clGetMemObjectInfo(buf, CL_MEM_TYPE, sizeof type, &type, NULL));
+  if (type != CL_MEM_OBJECT_BUFFER)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is an image (memory object type 0x%x); it must be a buffer", what,
+                    (unsigned)type);
   err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof *size, size, NULL);
   if (err != CL_SUCCESS) return fcl_cl_failure("clGetMemObjectInfo(CL_MEM_SIZE)", err);
   return FCL_SUCCESS;
@@ -282,11 +287,19 @@ fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue) {
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait) {
+fcl_status fcl_check_wait_list(const fcl_context *ctx, cl_uint num_wait, const cl_event *wait) {
   if ((num_wait > 0) != (wait != NULL))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait, wait ? "not NULL" : "NULL");
-  for (cl_uint i = 0; i < num_wait; ++i)
+  for (cl_uint i = 0; i < num_wait; ++i) {
     if (!wait[i]) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is NULL", i);
+    cl_context ev_ctx = NULL;
+    cl_int err = clGetEventInfo(wait[i], CL_EVENT_CONTEXT, sizeof ev_ctx, &ev_ctx, NULL);
+    if (err != CL_SUCCESS)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is not a valid event: clGetEventInfo failed: %s (%d)", i,
+                      fcl_cl_error_name(err), (int)err);
+    if (ev_ctx != ctx->context)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] belongs to another cl_context than the fcl_context's", i);
+  }
   return FCL_SUCCESS;
 }
 

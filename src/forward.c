@@ -19,7 +19,7 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
       (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
       (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) ||
-      (st = fcl_check_wait_list(num_wait, wait)))
+      (st = fcl_check_wait_list(ctx, num_wait, wait)))
     return st;
   /* The outputs must not share memory with an input or each other. */
   uint64_t r[4][2], m[3][2];

@@ -309,7 +309,8 @@ fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);
-fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait);
+/* Checks the wait list: num_wait and wait agree, no NULL event, every event of ctx's cl_context. */
+fcl_status fcl_check_wait_list(const fcl_context *ctx, cl_uint num_wait, const cl_event *wait);
 
 /* ---- alias.c: no output may share memory with another buffer of the call ---- */
 
@@ -327,7 +328,8 @@ typedef struct fcl_buffer_use {
 
 /* Refuses (FCL_ERROR_INVALID_ARGUMENT, "<output> overlaps <other>: ...") any output whose bytes overlap
    another use's: the same buffer, sub-buffers of one parent (or a sub-buffer and its parent), or
-   CL_MEM_USE_HOST_PTR buffers over one host array. Inputs may overlap each other. At most 32 uses. Call
+   CL_MEM_USE_HOST_PTR buffers over one host array. Inputs may overlap each other. Also refuses an output
+   created CL_MEM_READ_ONLY and an input created CL_MEM_WRITE_ONLY. At most 32 uses. Call
    after each buffer has been checked (fcl_check_tensor, fcl_check_float_buffer). */
 fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 

@@ -163,6 +163,42 @@ int main(void) {
   expect(FCL_ERROR_INVALID_ARGUMENT, "k of another context", e->fcl, e->queue, fx.q.buf, other_buf, fx.v.buf,
          fx.o.buf, fx.lse, 0, NULL, "k belongs to another");
 
+  /* Memory objects and events the kernels cannot use as given: an image, an output the kernels may not
+     write, an input they may not read, an event of another cl_context. */
+  {
+    cl_image_format fmt = {CL_RGBA, CL_FLOAT};
+    cl_image_desc idesc;
+    memset(&idesc, 0, sizeof idesc);
+    idesc.image_type = CL_MEM_OBJECT_IMAGE2D, idesc.image_width = 64, idesc.image_height = 64;
+    cl_mem image = clCreateImage(e->context, CL_MEM_READ_WRITE, &fmt, &idesc, NULL, &err);
+    if (err == CL_SUCCESS) {
+      expect(FCL_ERROR_INVALID_ARGUMENT, "q a 2-D image", e->fcl, e->queue, image, fx.k.buf, fx.v.buf, fx.o.buf,
+             fx.lse, 0, NULL, "q is an image");
+      expect(FCL_ERROR_INVALID_ARGUMENT, "o a 2-D image", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, image,
+             fx.lse, 0, NULL, "o is an image");
+      clReleaseMemObject(image);
+    } else {
+      skip("2-D image: the device has no image support (%d)", (int)err);
+    }
+    cl_mem ro = clCreateBuffer(e->context, CL_MEM_READ_ONLY, fx.o.elems * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "o created CL_MEM_READ_ONLY", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf,
+           ro, fx.lse, 0, NULL, "o was created CL_MEM_READ_ONLY");
+    cl_mem ro_lse = clCreateBuffer(e->context, CL_MEM_READ_ONLY, 2 * 4 * 9 * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "lse created CL_MEM_READ_ONLY", e->fcl, e->queue, fx.q.buf, fx.k.buf,
+           fx.v.buf, fx.o.buf, ro_lse, 0, NULL, "lse was created CL_MEM_READ_ONLY");
+    cl_mem wo = clCreateBuffer(e->context, CL_MEM_WRITE_ONLY, fx.q.elems * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "q created CL_MEM_WRITE_ONLY", e->fcl, e->queue, wo, fx.k.buf, fx.v.buf,
+           fx.o.buf, fx.lse, 0, NULL, "q was created CL_MEM_WRITE_ONLY");
+    cl_event foreign = clCreateUserEvent(other, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "wait-list event of another cl_context", e->fcl, e->queue, fx.q.buf, fx.k.buf,
+           fx.v.buf, fx.o.buf, fx.lse, 1, &foreign, "wait[0] belongs to another");
+    clSetUserEventStatus(foreign, CL_COMPLETE);
+    clReleaseEvent(foreign);
+    clReleaseMemObject(ro);
+    clReleaseMemObject(ro_lse);
+    clReleaseMemObject(wo);
+  }
+
   /* Aliasing through sub-buffers of one parent and through buffers over one host array: byte ranges count,
      not handles. Regions start at multiples of the device's base address alignment. */
   {
