@@ -10,6 +10,9 @@
  *   S             C * seqlen_q * seqlen_k           always
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K, V copies   C * seqlen_k * head_dim each      when that tensor is not "plain"
+ *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
+ *                                                   buffer as the last step, so a CLBlast failure part-way
+ *                                                   leaves it untouched
  * A tensor is plain when it is float32, its rows are at least head_dim apart, all of it lies below element
  * 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the order the GEMM batches walk
  * them (so CLBlast can address it directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V
@@ -57,7 +60,8 @@ typedef struct ref_plan {
   int64_t chunk;  /* pairs per chunk */
   int plain[4];   /* REF_*: used in place by CLBlast */
   int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
-  size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk */
+  size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk (total_bytes: and lse_bytes) */
+  size_t lse_bytes; /* lse of every pair, computed into scratch first */
 } ref_plan;
 
 /* Offset of pair i's block of tensor t when its (batch, head) blocks are equally spaced; -1 otherwise. */
@@ -83,6 +87,9 @@ static int plain_step(const fcl_problem *p, int t, int64_t *step) {
     delta = s[0];
   }
   if (p->batch > 1 && s[0] != delta * p->heads) return 0;
+  /* One (batch, head) pair: the stride between pairs is never used, whatever the caller's extent-1 strides
+     hold (0 among them); CLBlast is given the block's own size, a stride it always accepts. */
+  if (p->batch * p->heads == 1) delta = (rows > 1 ? s[2] : p->d) * rows;
   *step = delta;
   return 1;
 }
@@ -130,7 +137,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   if (chunk < 1) chunk = 1;
   rp->chunk = chunk;
   rp->s_bytes = (size_t)((uint64_t)chunk * per_s);
-  rp->total_bytes = rp->s_bytes;
+  rp->lse_bytes = (size_t)((uint64_t)rp->pairs * (uint64_t)p->nq * sizeof(float));
+  rp->total_bytes = rp->s_bytes + rp->lse_bytes;
   for (int t = 0; t < 4; ++t) {
     rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
     rp->total_bytes += rp->copy_bytes[t];
@@ -198,6 +206,7 @@ typedef struct ref_run {
   cl_kernel softmax, gather, scatter;
   size_t softmax_wg;
   cl_mem scratch_s, copy[4];
+  cl_mem lse_tmp; /* lse is computed here and copied to the caller's buffer once everything else is enqueued */
   fcl_chain chain; /* every command's event, kept until the last completes */
 } ref_run;
 
@@ -420,6 +429,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   st = create_scratch(ctx, rp.s_bytes, &r.scratch_s);
   for (int t = 0; t < 4 && !st; ++t)
     if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
+  if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
   /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
   fcl_chain_begin(&r.chain, queue, num_wait, wait);
@@ -435,7 +445,18 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   }
   for (int64_t first = 0; !st && first < rp.pairs; first += rp.chunk) {
     const int64_t count = rp.pairs - first < rp.chunk ? rp.pairs - first : rp.chunk;
-    st = run_chunk(&r, q, k, v, o, lse, first, count);
+    st = run_chunk(&r, q, k, v, o, r.lse_tmp, first, count);
+  }
+  /* lse reaches the caller's buffer only once every GEMM has been accepted. */
+  if (!st && lse) {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+      cl_int err = clEnqueueCopyBuffer(queue, r.lse_tmp, lse, 0, 0, rp.lse_bytes, nw, w, ev);
+      fcl_chain_push(&r.chain);
+      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueCopyBuffer(lse)", err);
+    }
   }
   /* Every chunk ends with a barrier on an out-of-order queue, so the chain's last event completes after all
      of it on either kind of queue. */
@@ -443,6 +464,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   if (!st) st = end;
   /* Deletion is deferred by OpenCL until the enqueued commands that use them have finished. */
   if (r.scratch_s) clReleaseMemObject(r.scratch_s);
+  if (r.lse_tmp) clReleaseMemObject(r.lse_tmp);
   for (int t = 0; t < 4; ++t)
     if (r.copy[t]) clReleaseMemObject(r.copy[t]);
   return st;
