@@ -52,6 +52,9 @@ typedef struct fcl_device_caps {
 } fcl_device_caps;
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
+/* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
+   five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
+int fcl_parse_forward_shape(const char *text, int shape[5]);
 
 /* ---- plan.c: tile sizes and work-group shape (pure functions of capabilities and problem) ---- */
 
