@@ -211,6 +211,9 @@ typedef struct fcl_cache_stats {
   fcl_cache_source last;        /* where the most recent kernel request was served from */
   uint64_t device_entries;      /* entries in cache_dir made for this context's device, driver and platform */
   uint64_t device_bytes;        /* their total size in bytes */
+  const char *cache_refused;    /* NULL, or why the directory was not trusted and the disk cache is off (it is
+                                   not owned by this user, or group or others may write it); owned by the
+                                   context */
 } fcl_cache_stats;
 
 /* Counters of this context since its creation, and the disk cache's entries for its device. */

@@ -44,21 +44,32 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
       (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
 
-  /* Every buffer written (gradients, workspace) must differ from every other buffer. */
-  const cl_mem outs[5] = {d_q, d_k, d_v, workspace, p->d_sinks};
-  const char *const out_names[5] = {"d_q", "d_k", "d_v", "workspace", "desc->d_sinks"};
-  const cl_mem all[14] = {q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace, p->d_sinks, p->alibi, p->mask, p->sinks};
-  const char *const all_names[14] = {"q",   "k",   "v",         "o",
-                                     "lse", "d_o", "d_q",       "d_k",
-                                     "d_v", "workspace", "desc->d_sinks", "desc->alibi_slopes",
-                                     "desc->mask", "desc->sinks"};
-  for (int i = 0; i < 5; ++i)
-    for (int j = 0; j < 14; ++j)
-      if (outs[i] && j != 6 + i && outs[i] == all[j])
-        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
-                        "%s is the same buffer as %s; outputs must not alias inputs or each other", out_names[i],
-                        all_names[j]);
-  return FCL_SUCCESS;
+  /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other;
+     fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
+  uint64_t r[4][2], m[3][2];
+  size_t rows = 0;
+  if ((st = fcl_row_count(p, &rows)) ||
+      (st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
+      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
+      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
+      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
+    return st;
+  fcl_modifier_bytes(p, m[0], m[1], m[2]);
+  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
+                                 {k, r[1][0], r[1][1], 0, "k"},
+                                 {v, r[2][0], r[2][1], 0, "v"},
+                                 {o, r[3][0], r[3][1], 0, "o"},
+                                 {lse, 0, (uint64_t)rows * sizeof(float), 0, "lse"},
+                                 {d_o, r[3][0], r[3][1], 0, "d_o"},
+                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
+                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
+                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                 {d_q, r[0][0], r[0][1], 1, "d_q"},
+                                 {d_k, r[1][0], r[1][1], 1, "d_k"},
+                                 {d_v, r[2][0], r[2][1], 1, "d_v"},
+                                 {workspace, 0, (uint64_t)*ws_floats * sizeof(float), 1, "workspace"},
+                                 {p->d_sinks, 0, (uint64_t)p->heads * sizeof(float), 1, "desc->d_sinks"}};
+  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
 }
 
 static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
@@ -134,10 +145,11 @@ static fcl_status set_buffers(cl_kernel kernel, cl_uint *a, const cl_mem *bufs, 
   return FCL_SUCCESS;
 }
 
-/* Sets every argument of the three kernels (nothing is enqueued if one fails), then enqueues them as a
-   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV; dQ's event is the caller's. Only a
-   failing clEnqueueNDRangeKernel after the first (an OpenCL failure, not a bad argument) can leave part
-   of the chain enqueued; it then still runs in order and writes only the buffers named as outputs. */
+/* Sets every argument of the kernels (nothing is enqueued if one fails), then enqueues them as an event
+   chain: pre waits on the caller's list, dK/dV on pre, dQ on dK/dV, d_sinks (when asked for) on dQ; the
+   last one's event is the caller's. Only a failing clEnqueueNDRangeKernel after the first (an OpenCL
+   failure, not a bad argument) can leave part of the chain enqueued; it then still runs in order and
+   writes only the buffers named as outputs. */
 static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
                                    const fcl_tile_plan plans[2], cl_kernel kernels[4], size_t dsinks_wg, cl_mem q, cl_mem k,
                                    cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q, cl_mem d_k,
@@ -185,26 +197,29 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
                               (size_t)p->batch};
   const size_t q_local[3] = {(size_t)qp->wg, 1, 1};
 
-  cl_event e_pre = NULL, e_kv = NULL, e_dq = NULL;
-  cl_int err = clEnqueueNDRangeKernel(queue, kernels[0], 3, NULL, pre_global, pre_lsize, num_wait, wait, &e_pre);
-  if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_pre)", err);
-  err = clEnqueueNDRangeKernel(queue, kernels[1], 3, NULL, kv_global, kv_local, 1, &e_pre, &e_kv);
-  if (err != CL_SUCCESS) {
-    st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dkdv)", err);
-  } else {
-    err = clEnqueueNDRangeKernel(queue, kernels[2], 3, NULL, q_global, q_local, 1, &e_kv, kernels[3] ? &e_dq : event);
-    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dq)", err);
+  /* Through an event chain: the intermediate events must outlive the commands that depend on them. d_sinks
+     reads Dvec and lse only; it runs last so one event covers every output. */
+  static const char *const names[4] = {"clEnqueueNDRangeKernel(flash_bwd_pre)", "clEnqueueNDRangeKernel(flash_bwd_dkdv)",
+                                       "clEnqueueNDRangeKernel(flash_bwd_dq)",
+                                       "clEnqueueNDRangeKernel(flash_bwd_dsinks)"};
+  const size_t ds_global[3] = {(size_t)p->heads * dsinks_wg, 1, 1}, ds_local[3] = {dsinks_wg, 1, 1};
+  const size_t *globals[4] = {pre_global, kv_global, q_global, ds_global};
+  const size_t *locals[4] = {pre_lsize, kv_local, q_local, ds_local};
+  const cl_uint dims[4] = {3, 3, 3, 1};
+  fcl_chain chain;
+  st = FCL_SUCCESS;
+  fcl_chain_begin(&chain, queue, num_wait, wait);
+  for (int i = 0; i < (kernels[3] ? 4 : 3) && !st; ++i) {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if ((st = fcl_chain_next(&chain, &nw, &w, &ev))) break;
+    cl_int err = clEnqueueNDRangeKernel(queue, kernels[i], dims[i], NULL, globals[i], locals[i], nw, w, ev);
+    fcl_chain_push(&chain);
+    if (err != CL_SUCCESS) st = fcl_cl_failure(names[i], err);
   }
-  if (!st && kernels[3]) {
-    /* d_sinks reads Dvec and lse only; it runs last so one event covers every output. */
-    const size_t ds_global = (size_t)p->heads * dsinks_wg;
-    err = clEnqueueNDRangeKernel(queue, kernels[3], 1, NULL, &ds_global, &dsinks_wg, 1, &e_dq, event);
-    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueNDRangeKernel(flash_bwd_dsinks)", err);
-  }
-  clReleaseEvent(e_pre);
-  if (e_kv) clReleaseEvent(e_kv);
-  if (e_dq) clReleaseEvent(e_dq);
-  return st;
+  const fcl_status end = fcl_chain_end(&chain, st ? NULL : event);
+  return st ? st : end;
 }
 
 fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,

@@ -56,6 +56,10 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   }
   ctx->build_options = strdup(options && options->build_options ? options->build_options : "");
   ctx->cache_dir = resolve_cache_dir(options);
+  if (ctx->cache_dir && fcl_cache_dir_check(ctx->cache_dir, ctx->cache_refused, sizeof ctx->cache_refused) != 0) {
+    free(ctx->cache_dir);
+    ctx->cache_dir = NULL;
+  }
   ctx->flags = options ? options->flags : 0;
   const char *portable = getenv("FLASHCL_PORTABLE_ONLY");
   if (portable && portable[0] && strcmp(portable, "0") != 0) ctx->flags |= FCL_FLAG_PORTABLE_ONLY;

@@ -1,6 +1,7 @@
 /* Descriptor validation shared by every operation: sizes, strides, buffers, queue and wait list. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,6 +130,10 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   }
   if (!isfinite(desc->scale))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite (0 = 1/sqrt(head_dim))", (double)desc->scale);
+  /* Kernels turn scores into log2 units with scale * log2(e) in float; that product must stay finite. */
+  if (fabs((double)desc->scale) * 1.4426950408889634 > (double)FLT_MAX)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; its magnitude must be at most %g (scale * log2(e) must be a finite float)",
+                    (double)desc->scale, (double)FLT_MAX / 1.4426950408889634);
   if (desc->causal != 0 && desc->causal != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->causal is %d; it must be 0 or 1", desc->causal);
 
@@ -184,17 +189,18 @@ static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const ch
                     fcl_cl_error_name(err), (int)err);
   if (mem_ctx != ctx->context)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s belongs to another cl_context than the fcl_context's", what);
+  cl_mem_object_type type = 0;
+  FCL_CL_CHECK(clGetMemObjectInfo(buf, CL_MEM_TYPE, sizeof type, &type, NULL));
+  if (type != CL_MEM_OBJECT_BUFFER)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is an image (memory object type 0x%x); it must be a buffer", what,
+                    (unsigned)type);
   err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof *size, size, NULL);
   if (err != CL_SUCCESS) return fcl_cl_failure("clGetMemObjectInfo(CL_MEM_SIZE)", err);
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
-                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
-  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
-  size_t size = 0;
-  fcl_status st = check_mem_context(ctx, buf, what, &size);
-  if (st) return st;
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+                            const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end) {
   /* Last element reached, in elements, with every step checked against overflow. */
   const int64_t counts[3] = {p->batch, heads, rows};
   uint64_t last = (uint64_t)p->d - 1;
@@ -207,6 +213,19 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
   uint64_t need = 0;
   if (mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: its strides and offset reach beyond any buffer", what);
+  *first = (uint64_t)offset * p->elem_size; /* offset <= last < 2^62 elements */
+  *end = need;
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
+                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
+  if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+  size_t size = 0;
+  fcl_status st = check_mem_context(ctx, buf, what, &size);
+  if (st) return st;
+  uint64_t first, need;
+  if ((st = fcl_tensor_bytes(p, what, heads, rows, stride, offset, &first, &need))) return st;
   if (need > size)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "%s is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes", what,
@@ -268,11 +287,19 @@ fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue) {
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait) {
+fcl_status fcl_check_wait_list(const fcl_context *ctx, cl_uint num_wait, const cl_event *wait) {
   if ((num_wait > 0) != (wait != NULL))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_wait is %u but wait is %s", num_wait, wait ? "not NULL" : "NULL");
-  for (cl_uint i = 0; i < num_wait; ++i)
+  for (cl_uint i = 0; i < num_wait; ++i) {
     if (!wait[i]) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is NULL", i);
+    cl_context ev_ctx = NULL;
+    cl_int err = clGetEventInfo(wait[i], CL_EVENT_CONTEXT, sizeof ev_ctx, &ev_ctx, NULL);
+    if (err != CL_SUCCESS)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] is not a valid event: clGetEventInfo failed: %s (%d)", i,
+                      fcl_cl_error_name(err), (int)err);
+    if (ev_ctx != ctx->context)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "wait[%u] belongs to another cl_context than the fcl_context's", i);
+  }
   return FCL_SUCCESS;
 }
 
@@ -287,6 +314,25 @@ static fcl_status check_float_range(const fcl_context *ctx, cl_mem buf, const ch
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %llu bytes but holds %zu", what,
                     (unsigned long long)need, size);
   return FCL_SUCCESS;
+}
+
+void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]) {
+  /* fcl_check_modifiers has bounded every sum and product here below 2^62. */
+  alibi[0] = alibi[1] = mask[0] = mask[1] = sinks[0] = sinks[1] = 0;
+  if (p->alibi) {
+    alibi[0] = (uint64_t)p->alibi_offset * sizeof(float);
+    alibi[1] = ((uint64_t)p->alibi_offset + (uint64_t)(p->batch - 1) * (uint64_t)p->alibi_sb + (uint64_t)p->heads) *
+               sizeof(float);
+  }
+  if (p->mask) {
+    const uint64_t es = p->mask_dtype == FCL_DTYPE_F32 ? 4 : 2;
+    const int64_t counts[3] = {p->batch, p->heads, p->nq};
+    uint64_t last = (uint64_t)p->mask_offset + (uint64_t)p->nk - 1;
+    for (int i = 0; i < 3; ++i) last += (uint64_t)(counts[i] - 1) * (uint64_t)p->mask_stride[i];
+    mask[0] = (uint64_t)p->mask_offset * es;
+    mask[1] = (last + 1) * es;
+  }
+  if (p->sinks) sinks[1] = (uint64_t)p->heads * sizeof(float);
 }
 
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p) {

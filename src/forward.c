@@ -20,22 +20,25 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
       (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
       (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) ||
-      (st = fcl_check_wait_list(num_wait, wait)))
+      (st = fcl_check_wait_list(ctx, num_wait, wait)))
     return st;
-  /* The outputs must not alias an input or each other. */
-  const cl_mem inputs[6] = {q, k, v, p->alibi, p->mask, p->sinks};
-  const char *const names[6] = {"q", "k", "v", "desc->alibi_slopes", "desc->mask", "desc->sinks"};
-  for (int i = 0; i < 6; ++i) {
-    if (!inputs[i]) continue;
-    if (o == inputs[i])
-      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o is the same buffer as %s; outputs must not alias inputs",
-                      names[i]);
-    if (lse == inputs[i])
-      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as %s; outputs must not alias inputs",
-                      names[i]);
-  }
-  if (lse == o) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as o; outputs must not alias");
-  return FCL_SUCCESS;
+  /* The outputs must not share memory with an input or each other. */
+  uint64_t r[4][2], m[3][2];
+  if ((st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
+      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
+      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
+      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
+    return st;
+  fcl_modifier_bytes(p, m[0], m[1], m[2]);
+  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
+                                 {k, r[1][0], r[1][1], 0, "k"},
+                                 {v, r[2][0], r[2][1], 0, "v"},
+                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
+                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
+                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                 {o, r[3][0], r[3][1], 1, "o"},
+                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"}};
+  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
 }
 
 static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {

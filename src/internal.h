@@ -52,6 +52,9 @@ typedef struct fcl_device_caps {
 } fcl_device_caps;
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
+/* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
+   five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
+int fcl_parse_forward_shape(const char *text, int shape[5]);
 
 /* ---- plan.c: tile sizes and work-group shape (pure functions of capabilities and problem) ---- */
 
@@ -174,6 +177,7 @@ struct fcl_context {
   fcl_device_caps caps;
   char *build_options; /* the caller's, may be "" */
   char *cache_dir;     /* resolved disk cache directory; NULL: no disk cache */
+  char cache_refused[320]; /* why the resolved directory was not trusted (cache_dir is then NULL); "" */
   unsigned flags;
   pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
   fcl_program_entry *programs;
@@ -192,7 +196,7 @@ struct fcl_context {
 
 #define FCL_CACHE_KEY_SIZE 32
 #define FCL_CACHE_TAG_SIZE 16
-#define FCL_CACHE_HEADER_SIZE 104
+#define FCL_CACHE_HEADER_SIZE 112 /* the fixed part; the label (kernel name, build options) follows */
 typedef struct fcl_cache_key {
   unsigned char bytes[FCL_CACHE_KEY_SIZE];
 } fcl_cache_key;
@@ -215,17 +219,69 @@ void fcl_cache_key_compute(const fcl_device_caps *caps, const char *source, cons
 void fcl_cache_key_hex(const fcl_cache_key *key, char hex[2 * FCL_CACHE_KEY_SIZE + 1]);
 /* The device identity alone (platform, device, driver), recorded in each entry's header. */
 void fcl_cache_device_tag(const fcl_device_caps *caps, unsigned char tag[FCL_CACHE_TAG_SIZE]);
-/* Writes <dir>/<hex key>.bin with a header for payload (temporary file + rename; creates dir). 0: written. */
+/* 0 when dir may hold the cache: it does not exist yet, or it is a directory owned by this user that group
+   and others cannot write; else -1 with why (the context then runs without the disk cache). */
+int fcl_cache_dir_check(const char *dir, char *why, size_t why_size);
+/* Writes <dir>/<hex key>.bin with a header and the label (name, options) for payload (temporary file +
+   rename; creates dir 0700; refuses an untrusted dir). 0: written. */
 int fcl_cache_write_entry(const char *dir, const fcl_cache_key *key, const unsigned char tag[FCL_CACHE_TAG_SIZE],
-                          const void *payload, size_t size);
-/* The payload of the verified entry <dir>/<hex key>.bin (malloc'd; *size its length), or NULL when it is
-   missing, short, corrupt or for another key. */
-unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, size_t *size);
+                          const char *name, const char *options, const void *payload, size_t size);
+/* Parses the bytes of a whole entry file, with no I/O: the payload (inside data) of a well-formed entry of
+   key labelled exactly (name, options) whose checksum holds, or NULL. */
+const unsigned char *fcl_cache_parse_entry(const unsigned char *data, size_t size, const fcl_cache_key *key,
+                                           const char *name, const char *options, size_t *payload_size);
+/* The payload of the verified entry <dir>/<hex key>.bin labelled (name, options) (malloc'd; *size its
+   length), or NULL when it is missing, not a regular file, too large, short, corrupt or another's. */
+unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, const char *name, const char *options,
+                                    size_t *size);
 /* Hooks for program.c; the caller holds ctx->lock. fcl_cache_load computes *key and returns a built program
-   from a verified entry, or NULL (a miss). fcl_cache_store counts a source build and writes its binary. */
-cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, fcl_cache_key *key);
-void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, cl_program program);
+   from a verified entry with its kernel `name` in *kernel, or NULL (a miss: anything that fails after the
+   file is read counts as rejected). fcl_cache_store counts a source build and writes its binary. */
+cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, const char *name,
+                          fcl_cache_key *key, cl_kernel *kernel);
+void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *name, const char *options,
+                     cl_program program);
+/* The label name of tune records (tune.c) in the cache's entry format. */
+#define FCL_TUNE_ENTRY_NAME "flashcl forward tune"
 void fcl_cache_note_memory_hit(fcl_context *ctx);
+
+/* ---- chain.c: an event chain, for every operation of more than one command ---- */
+
+/* The commands of one operation, enqueued in order, each waiting on the one before; the first waits on the
+   caller's list. Their events stay alive until the last command completes or fails (see chain.c for why).
+   Use:
+     fcl_chain ch;
+     fcl_chain_begin(&ch, queue, num_wait, wait);
+     for each command:
+       cl_uint nw; const cl_event *w; cl_event *ev;
+       if ((st = fcl_chain_next(&ch, &nw, &w, &ev))) break;       // nothing enqueued for this step
+       err = clEnqueueNDRangeKernel(queue, kernel, ..., nw, w, ev); // or any call that returns an event
+       fcl_chain_push(&ch);                                         // keeps *ev when the call made one
+       if (err != CL_SUCCESS) { st = fcl_cl_failure(...); break; }
+     fcl_status end = fcl_chain_end(&ch, st ? NULL : event);
+     return st ? st : end;
+   A command that takes no wait list (CLBlast) is passed only ev; on an in-order queue the order holds
+   anyway, on an out-of-order queue put a barrier step (clEnqueueBarrierWithWaitList(queue, nw, w, ev))
+   before it. Call fcl_chain_end on failure too: what was enqueued still runs and its events are released
+   after it. The caller learns of a failed dependency from its event's negative status. */
+typedef struct fcl_chain {
+  cl_command_queue queue;
+  cl_uint num_wait;
+  const cl_event *wait;
+  cl_event *events; /* one per enqueued command, owned until fcl_chain_end hands them to a callback */
+  size_t count, capacity;
+} fcl_chain;
+
+void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait);
+/* What the next command waits on (*num_wait, *wait) and where its event goes (*event, set to NULL here).
+   Fails only when out of host memory, before anything is enqueued. */
+fcl_status fcl_chain_next(fcl_chain *c, cl_uint *num_wait, const cl_event **wait, cl_event **event);
+/* Keeps the event the last fcl_chain_next slot received, if the command made one. */
+void fcl_chain_push(fcl_chain *c);
+/* Ends the chain: *event (optional; untouched when nothing was enqueued) receives the last command's event,
+   which the caller releases; a callback on it releases every other event. Returns FCL_SUCCESS, or the
+   failure of clSetEventCallback (then it has waited for the last command and released the events). */
+fcl_status fcl_chain_end(fcl_chain *c, cl_event *event);
 
 /* ---- desc.c: descriptor validation shared by every operation ---- */
 
@@ -262,6 +318,10 @@ void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
 fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
+/* The bytes [*first, *end) of a buffer that a [batch, heads, rows, d] tensor with these strides and offset
+   can reach (no I/O; every product checked against overflow). what names the tensor in messages. */
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+                            const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end);
 /* Checks that buf belongs to ctx's cl_context and holds every element of a [batch, heads, rows, d]
    tensor with the given strides and offset. what names the argument in messages. */
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
@@ -271,6 +331,9 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
    fcl_check_tensor. */
 fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
                                 const int64_t stride[3], const char *desc_field);
+/* The bytes [first, end) of the modifiers' buffers that p can reach, for fcl_check_aliasing: ALiBi slopes,
+   mask, sinks ({0, 0} for one that is off). Call after fcl_check_modifiers. */
+void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]);
 /* Checks the modifiers' buffers (ALiBi slopes, mask, sinks): context and size for p. */
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p);
 /* batch * heads * seqlen_q (lse elements), checked against overflow. */
@@ -278,7 +341,29 @@ fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);
-fcl_status fcl_check_wait_list(cl_uint num_wait, const cl_event *wait);
+/* Checks the wait list: num_wait and wait agree, no NULL event, every event of ctx's cl_context. */
+fcl_status fcl_check_wait_list(const fcl_context *ctx, cl_uint num_wait, const cl_event *wait);
+
+/* ---- alias.c: no output may share memory with another buffer of the call ---- */
+
+/* One buffer of a call: the bytes [first, end) of buf it may touch, whether the call writes it, and its
+   argument name for messages. An operation lists every buffer it takes, one line each (buf NULL: an
+   optional buffer not passed, skipped):
+     const fcl_buffer_use uses[] = {{q, q0, q1, 0, "q"}, ..., {o, o0, o1, 1, "o"}, {lse, 0, rows * 4, 1, "lse"}};
+   with tensor ranges from fcl_tensor_bytes. */
+typedef struct fcl_buffer_use {
+  cl_mem buf;
+  uint64_t first, end;
+  int is_output;
+  const char *name;
+} fcl_buffer_use;
+
+/* Refuses (FCL_ERROR_INVALID_ARGUMENT, "<output> overlaps <other>: ...") any output whose bytes overlap
+   another use's: the same buffer, sub-buffers of one parent (or a sub-buffer and its parent), or
+   CL_MEM_USE_HOST_PTR buffers over one host array. Inputs may overlap each other. Also refuses an output
+   created CL_MEM_READ_ONLY and an input created CL_MEM_WRITE_ONLY. At most 32 uses. Call
+   after each buffer has been checked (fcl_check_tensor, fcl_check_float_buffer). */
+fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 
 /* ---- forward.c: shared with the other operations and fcl_describe_plan ---- */
 

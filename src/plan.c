@@ -31,6 +31,10 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   out->kernel = FCL_KERNEL_PORTABLE;
   out->head_dim = head_dim;
   if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM || tr < 1 || tc < 1 || rm < 1 || rn < 1) return -1;
+  /* Every product below stays an int: no device has 2^16 work-items in a group or could hold such tiles. */
+  if (tr > 65535 || tc > 65535 || rm > 65535 || rn > 65535 || (long long)tr * tc > 65535 ||
+      (long long)tr * rm > 65535 || (long long)tc * rn > 65535)
+    return -1;
   /* The kernel reads rows four floats at a time: dp and bc are multiples of 4, dp one of tc too. */
   const int unit = tc > 4 ? tc : 4;
   out->tr = tr;

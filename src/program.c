@@ -103,11 +103,13 @@ static fcl_status build_log_failure(fcl_context *ctx, cl_program program, const 
   return st;
 }
 
-/* Builds (or loads from the disk cache) the program for source + options. */
-static fcl_status build_program(fcl_context *ctx, const char *source, const char *options, cl_program *out) {
+/* Loads from the disk cache, else builds, the program for source + options and creates its kernel `name`.
+   A cached program that fails after loading is a miss (fcl_cache_load): built from source and rewritten. */
+static fcl_status build_program(fcl_context *ctx, const char *source, const char *options, const char *name,
+                                cl_program *out, cl_kernel *kernel) {
   cl_int err;
   fcl_cache_key cache_key;
-  if ((*out = fcl_cache_load(ctx, source, options, &cache_key))) return FCL_SUCCESS;
+  if ((*out = fcl_cache_load(ctx, source, options, name, &cache_key, kernel))) return FCL_SUCCESS;
   cl_program program = clCreateProgramWithSource(ctx->context, 1, &source, NULL, &err);
   if (err != CL_SUCCESS) return fcl_cl_failure("clCreateProgramWithSource", err);
   err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
@@ -118,7 +120,12 @@ static fcl_status build_program(fcl_context *ctx, const char *source, const char
     clReleaseProgram(program);
     return st;
   }
-  fcl_cache_store(ctx, &cache_key, program);
+  *kernel = clCreateKernel(program, name, &err);
+  if (err != CL_SUCCESS) {
+    clReleaseProgram(program);
+    return fcl_cl_failure("clCreateKernel", err);
+  }
+  fcl_cache_store(ctx, &cache_key, name, options, program);
   *out = program;
   return FCL_SUCCESS;
 }
@@ -149,15 +156,10 @@ fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_fi
     }
   }
   cl_program program = NULL;
-  if ((st = program_source(files, num_files, &source)) || (st = build_program(ctx, source, options, &program)))
+  cl_kernel kernel = NULL;
+  if ((st = program_source(files, num_files, &source)) ||
+      (st = build_program(ctx, source, options, name, &program, &kernel)))
     goto done;
-  cl_int err;
-  cl_kernel kernel = clCreateKernel(program, name, &err);
-  if (err != CL_SUCCESS) {
-    clReleaseProgram(program);
-    st = fcl_cl_failure("clCreateKernel", err);
-    goto done;
-  }
   fcl_program_entry *e = calloc(1, sizeof *e);
   if (!e) {
     clReleaseKernel(kernel);

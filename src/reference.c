@@ -10,6 +10,9 @@
  *   S             C * seqlen_q * seqlen_k           always
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K, V copies   C * seqlen_k * head_dim each      when that tensor is not "plain"
+ *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
+ *                                                   buffer as the last step, so a CLBlast failure part-way
+ *                                                   leaves it untouched
  * A tensor is plain when it is float32, its rows are at least head_dim apart, all of it lies below element
  * 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the order the GEMM batches walk
  * them (so CLBlast can address it directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V
@@ -29,9 +32,10 @@
  * The scratch is released with clReleaseMemObject right after the last command that uses it is enqueued:
  * OpenCL defers the deletion until the commands queued on it have finished, so the call never waits on
  * the device. CLBlast takes no wait list, so the caller's wait list is honoured by a barrier enqueued
- * first; on an out-of-order queue a barrier also separates every step, and *event is a marker that
- * completes after all of them. On an in-order queue *event is the last command's event, which completes
- * after O and lse are written.
+ * first; on an out-of-order queue a barrier also separates every step. Every command is a step of one
+ * event chain (chain.c), so the intermediate events outlive the commands that depend on them (a failed
+ * dependency then fails the chain instead of crashing the runtime); *event is the chain's last event, which
+ * completes after O and lse are written.
  */
 #include "internal.h"
 
@@ -56,7 +60,8 @@ typedef struct ref_plan {
   int64_t chunk;  /* pairs per chunk */
   int plain[4];   /* REF_*: used in place by CLBlast */
   int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
-  size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk */
+  size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk (total_bytes: and lse_bytes) */
+  size_t lse_bytes; /* lse of every pair, computed into scratch first */
 } ref_plan;
 
 /* Offset of pair i's block of tensor t when its (batch, head) blocks are equally spaced; -1 otherwise. */
@@ -82,6 +87,9 @@ static int plain_step(const fcl_problem *p, int t, int64_t *step) {
     delta = s[0];
   }
   if (p->batch > 1 && s[0] != delta * p->heads) return 0;
+  /* One (batch, head) pair: the stride between pairs is never used, whatever the caller's extent-1 strides
+     hold (0 among them); CLBlast is given the block's own size, a stride it always accepts. */
+  if (p->batch * p->heads == 1) delta = (rows > 1 ? s[2] : p->d) * rows;
   *step = delta;
   return 1;
 }
@@ -129,7 +137,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   if (chunk < 1) chunk = 1;
   rp->chunk = chunk;
   rp->s_bytes = (size_t)((uint64_t)chunk * per_s);
-  rp->total_bytes = rp->s_bytes;
+  rp->lse_bytes = (size_t)((uint64_t)rp->pairs * (uint64_t)p->nq * sizeof(float));
+  rp->total_bytes = rp->s_bytes + rp->lse_bytes;
   for (int t = 0; t < 4; ++t) {
     rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
     rp->total_bytes += rp->copy_bytes[t];
@@ -197,18 +206,21 @@ typedef struct ref_run {
   cl_kernel softmax, gather, scatter;
   size_t softmax_wg;
   cl_mem scratch_s, copy[4];
-  cl_event last; /* the latest command's event (in-order queue: completes after everything before it) */
+  cl_mem lse_tmp; /* lse is computed here and copied to the caller's buffer once everything else is enqueued */
+  fcl_chain chain; /* every command's event, kept until the last completes */
 } ref_run;
-
-static void set_last(ref_run *r, cl_event ev) {
-  if (r->last) clReleaseEvent(r->last);
-  r->last = ev;
-}
 
 /* On an out-of-order queue, makes the next command wait for every command enqueued before it. */
 static fcl_status step_barrier(ref_run *r) {
-  if (r->out_of_order) FCL_CL_CHECK(clEnqueueBarrierWithWaitList(r->queue, 0, NULL, NULL));
-  return FCL_SUCCESS;
+  if (!r->out_of_order) return FCL_SUCCESS;
+  cl_uint nw;
+  const cl_event *w;
+  cl_event *ev;
+  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  if (st) return st;
+  cl_int err = clEnqueueBarrierWithWaitList(r->queue, 0, NULL, ev);
+  fcl_chain_push(&r->chain);
+  return err == CL_SUCCESS ? FCL_SUCCESS : fcl_cl_failure("clEnqueueBarrierWithWaitList", err);
 }
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -224,7 +236,11 @@ typedef struct kernel_arg {
    lock; every call checked. */
 static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel_arg *args, cl_uint nargs,
                          const fcl_problem *mods, size_t global, const size_t *local) {
-  cl_event ev = NULL;
+  cl_uint nw;
+  const cl_event *w;
+  cl_event *ev;
+  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  if (st) return st;
   cl_int err = CL_SUCCESS;
   const char *call = "clSetKernelArg";
   pthread_mutex_lock(&r->ctx->lock);
@@ -238,16 +254,31 @@ static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel
   }
   if (err == CL_SUCCESS) {
     call = "clEnqueueNDRangeKernel";
-    err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, local, 0, NULL, &ev);
+    err = clEnqueueNDRangeKernel(r->queue, k, 1, NULL, &global, local, nw, w, ev);
   }
   pthread_mutex_unlock(&r->ctx->lock);
+  fcl_chain_push(&r->chain);
   if (err != CL_SUCCESS) {
     char what[96];
     snprintf(what, sizeof what, "%s(%s)", call, name);
     return fcl_cl_failure(what, err);
   }
-  set_last(r, ev);
   return FCL_SUCCESS;
+}
+
+/* One CLBlast GEMM as a step of the chain (CLBlast takes no wait list: queue order or a barrier holds). */
+static fcl_status gemm_step(ref_run *r, const char *what, CLBlastTranspose tb, size_t m, size_t n, size_t k, cl_mem a,
+                            size_t a_off, size_t a_ld, size_t a_stride, cl_mem b, size_t b_off, size_t b_ld,
+                            size_t b_stride, cl_mem c, size_t c_off, size_t c_ld, size_t c_stride, size_t count) {
+  cl_uint nw;
+  const cl_event *w;
+  cl_event *ev;
+  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  if (st) return st;
+  CLBlastStatusCode cs = sgemm_strided_batched(CLBlastTransposeNo, tb, m, n, k, a, a_off, a_ld, a_stride, b, b_off,
+                                               b_ld, b_stride, c, c_off, c_ld, c_stride, count, &r->queue, ev);
+  fcl_chain_push(&r->chain);
+  return cs == CLBlastSuccess ? FCL_SUCCESS : clblast_failure(what, cs);
 }
 
 static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, int64_t count) {
@@ -320,19 +351,14 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
     }
   }
   const size_t nq = (size_t)p->nq, nk = (size_t)p->nk, d = (size_t)p->d;
-  cl_event ev = NULL;
-  CLBlastStatusCode cs = sgemm_strided_batched(CLBlastTransposeNo, CLBlastTransposeYes, nq, nk, d, buf[REF_Q], off[REF_Q],
-                                               ld[REF_Q], stride[REF_Q], buf[REF_K], off[REF_K], ld[REF_K], stride[REF_K],
-                                               r->scratch_s, 0, nk, nq * nk, (size_t)count, &r->queue, &ev);
-  if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (S = Q K^T)", cs);
-  set_last(r, ev);
-  if ((st = step_barrier(r)) || (st = enqueue_softmax(r, lse, first, count)) || (st = step_barrier(r))) return st;
-  ev = NULL;
-  cs = sgemm_strided_batched(CLBlastTransposeNo, CLBlastTransposeNo, nq, d, nk, r->scratch_s, 0, nk, nq * nk, buf[REF_V],
-                             off[REF_V], ld[REF_V], stride[REF_V], buf[REF_O], off[REF_O], ld[REF_O], stride[REF_O],
-                             (size_t)count, &r->queue, &ev);
-  if (cs != CLBlastSuccess) return clblast_failure("SgemmStridedBatched (O = P V)", cs);
-  set_last(r, ev);
+  if ((st = gemm_step(r, "SgemmStridedBatched (S = Q K^T)", CLBlastTransposeYes, nq, nk, d, buf[REF_Q], off[REF_Q],
+                       ld[REF_Q], stride[REF_Q], buf[REF_K], off[REF_K], ld[REF_K], stride[REF_K], r->scratch_s, 0, nk,
+                       nq * nk, (size_t)count)) ||
+      (st = step_barrier(r)) || (st = enqueue_softmax(r, lse, first, count)) || (st = step_barrier(r)) ||
+      (st = gemm_step(r, "SgemmStridedBatched (O = P V)", CLBlastTransposeNo, nq, d, nk, r->scratch_s, 0, nk, nq * nk,
+                      buf[REF_V], off[REF_V], ld[REF_V], stride[REF_V], buf[REF_O], off[REF_O], ld[REF_O],
+                      stride[REF_O], (size_t)count)))
+    return st;
   if (!rp->plain[REF_O]) {
     if ((st = step_barrier(r)) || (st = enqueue_scatter(r, o, first, count))) return st;
   }
@@ -403,27 +429,42 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   st = create_scratch(ctx, rp.s_bytes, &r.scratch_s);
   for (int t = 0; t < 4 && !st; ++t)
     if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
+  if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
+  /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
+  fcl_chain_begin(&r.chain, queue, num_wait, wait);
   if (!st && num_wait > 0) {
-    cl_int err = clEnqueueBarrierWithWaitList(queue, num_wait, wait, NULL);
-    if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueBarrierWithWaitList", err);
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+      cl_int err = clEnqueueBarrierWithWaitList(queue, nw, w, ev);
+      fcl_chain_push(&r.chain);
+      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueBarrierWithWaitList", err);
+    }
   }
   for (int64_t first = 0; !st && first < rp.pairs; first += rp.chunk) {
     const int64_t count = rp.pairs - first < rp.chunk ? rp.pairs - first : rp.chunk;
-    st = run_chunk(&r, q, k, v, o, lse, first, count);
+    st = run_chunk(&r, q, k, v, o, r.lse_tmp, first, count);
   }
-  if (!st && event) {
-    if (r.out_of_order || !r.last) {
-      cl_int err = clEnqueueMarkerWithWaitList(queue, 0, NULL, event);
-      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueMarkerWithWaitList", err);
-    } else {
-      *event = r.last;
-      r.last = NULL;
+  /* lse reaches the caller's buffer only once every GEMM has been accepted. */
+  if (!st && lse) {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+      cl_int err = clEnqueueCopyBuffer(queue, r.lse_tmp, lse, 0, 0, rp.lse_bytes, nw, w, ev);
+      fcl_chain_push(&r.chain);
+      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueCopyBuffer(lse)", err);
     }
   }
-  if (r.last) clReleaseEvent(r.last);
+  /* Every chunk ends with a barrier on an out-of-order queue, so the chain's last event completes after all
+     of it on either kind of queue. */
+  const fcl_status end = fcl_chain_end(&r.chain, st ? NULL : event);
+  if (!st) st = end;
   /* Deletion is deferred by OpenCL until the enqueued commands that use them have finished. */
   if (r.scratch_s) clReleaseMemObject(r.scratch_s);
+  if (r.lse_tmp) clReleaseMemObject(r.lse_tmp);
   for (int t = 0; t < 4; ++t)
     if (r.copy[t]) clReleaseMemObject(r.copy[t]);
   return st;

@@ -134,7 +134,7 @@ static void load_slot(fcl_context *ctx, int head_dim, fcl_dtype dtype, fcl_tuned
   fcl_cache_key key;
   tune_key(ctx, head_dim, dtype, &key);
   size_t size = 0;
-  unsigned char *data = fcl_cache_read_entry(ctx->cache_dir, &key, &size);
+  unsigned char *data = fcl_cache_read_entry(ctx->cache_dir, &key, FCL_TUNE_ENTRY_NAME, "", &size);
   fcl_forward_shape s;
   if (data && parse_payload(data, size, head_dim, dtype, &s) == 0) set_slot(slot, &s);
   free(data);
@@ -172,7 +172,7 @@ fcl_status fcl_tune_record(fcl_context *ctx, int head_dim, fcl_dtype dtype, cons
     unsigned char tag[FCL_CACHE_TAG_SIZE];
     tune_key(ctx, head_dim, dtype, &key);
     fcl_cache_device_tag(&ctx->caps, tag);
-    if (fcl_cache_write_entry(ctx->cache_dir, &key, tag, payload, (size_t)n) == 0 && saved) *saved = 1;
+    if (fcl_cache_write_entry(ctx->cache_dir, &key, tag, FCL_TUNE_ENTRY_NAME, "", payload, (size_t)n) == 0 && saved) *saved = 1;
   } else if (path && !shape) {
     unlink(path); /* no record: the default stays, for new contexts too */
   }

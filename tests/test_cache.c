@@ -21,6 +21,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -171,6 +173,7 @@ typedef struct phase {
   double seconds; /* context creation to the result read back */
   int result;     /* run_forward_case's: 0 pass */
   int created;
+  char refused[512]; /* st.cache_refused, copied: the context owns the original */
 } phase;
 
 static void run_phase(test_env *env, const char *dir, const char *build_options, const fwd_case *c,
@@ -192,6 +195,8 @@ static void run_phase(test_env *env, const char *dir, const char *build_options,
   out->seconds = now_s() - t0;
   fcl_context_cache_stats(ctx, &out->st);
   out->st.cache_dir = NULL; /* owned by ctx */
+  snprintf(out->refused, sizeof out->refused, "%s", out->st.cache_refused ? out->st.cache_refused : "");
+  out->st.cache_refused = NULL;
   env->fcl = saved;
   fcl_context_release(ctx);
 }
@@ -379,7 +384,7 @@ static void test_damage(test_env *env, const char *base, damage kind, const unsi
       memcpy(key.bytes, good + 16, FCL_CACHE_KEY_SIZE);
       unsigned char garbage[4096];
       for (size_t i = 0; i < sizeof garbage; ++i) garbage[i] = (unsigned char)(test_uniform() * 127.0 + 128.0);
-      written = fcl_cache_write_entry(dir, &key, tag, garbage, sizeof garbage);
+      written = fcl_cache_write_entry(dir, &key, tag, "flash_fwd", (const char *)good + FCL_CACHE_HEADER_SIZE + 10, garbage, sizeof garbage);
       break;
     }
     default: break;
@@ -410,6 +415,166 @@ static void test_damage(test_env *env, const char *base, damage kind, const unsi
   }
   free(path);
   free(dir);
+}
+
+/* ---- what a hostile writer of the cache directory can plant ---- */
+
+/* Calls that would block forever on a FIFO end the test instead of hanging it. */
+static void arm_alarm(unsigned seconds) {
+  signal(SIGALRM, SIG_DFL);
+  alarm(seconds);
+}
+
+/* A valid entry (right key, checksum and label) holding payload. */
+static int plant_entry(const char *dir, const unsigned char *good, const unsigned char tag[FCL_CACHE_TAG_SIZE],
+                       const char *name, const char *options, const void *payload, size_t size) {
+  fcl_cache_key key;
+  memcpy(key.bytes, good + 16, FCL_CACHE_KEY_SIZE);
+  return fcl_cache_write_entry(dir, &key, tag, name, options, payload, size);
+}
+
+/* Bytes of the label (kernel name and build options) that follows an entry's fixed header. */
+static size_t label_size(const unsigned char *entry) {
+  return (size_t)entry[104] | (size_t)entry[105] << 8 | (size_t)entry[106] << 16 | (size_t)entry[107] << 24;
+}
+
+/* The binary of a program that has no flash_fwd kernel. */
+static unsigned char *foreign_binary(test_env *env, size_t *size) {
+  const char *src = "kernel void not_flash_fwd(global float *x) { x[get_global_id(0)] = 1.0f; }";
+  cl_int err;
+  cl_program p = clCreateProgramWithSource(env->context, 1, &src, NULL, &err);
+  unsigned char *bin = NULL;
+  *size = 0;
+  if (err == CL_SUCCESS && clBuildProgram(p, 1, &env->device, "", NULL, NULL) == CL_SUCCESS &&
+      clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof *size, size, NULL) == CL_SUCCESS && *size &&
+      (bin = malloc(*size)) && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS) {
+    free(bin);
+    bin = NULL;
+  }
+  if (err == CL_SUCCESS) clReleaseProgram(p);
+  return bin;
+}
+
+static void test_trust(test_env *env, const char *base, const char *entry_name, const unsigned char *good,
+                       size_t good_size, const unsigned char *other, size_t other_size,
+                       const unsigned char tag[FCL_CACHE_TAG_SIZE], const char *good_options) {
+  int others;
+  phase p;
+  /* A FIFO where the entry belongs: neither the load nor the stats may block on it. */
+  {
+    char *dir = make_dir(base, "fifo");
+    char *path = path_join(dir, entry_name);
+    int made = mkfifo(path, 0600) == 0;
+    arm_alarm(120);
+    fcl_context_options o = {dir, NULL, 0};
+    fcl_context *ctx = NULL;
+    fcl_cache_stats st;
+    int stats_ok = made && fcl_context_create(env->context, env->device, &o, &ctx) == FCL_SUCCESS &&
+                   fcl_context_cache_stats(ctx, &st) == FCL_SUCCESS && st.device_entries == 0;
+    fcl_context_release(ctx);
+    check(stats_ok, "a FIFO named as an entry: fcl_context_cache_stats returns and does not count it");
+    run_phase(env, dir, NULL, &base_case, "FIFO in place of the entry", &p);
+    alarm(0);
+    struct stat sb;
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1 && stat(path, &sb) == 0 && S_ISREG(sb.st_mode),
+          "a FIFO in place of the entry: not opened for reading, rejected, rebuilt and replaced by a regular file");
+    free(path);
+    free(dir);
+  }
+  /* A symbolic link as the entry is not followed. */
+  {
+    char *dir = make_dir(base, "symlink");
+    char *target = path_join(dir, "target"), *path = path_join(dir, entry_name);
+    int made = spit(target, good, good_size) == 0 && symlink(target, path) == 0;
+    run_phase(env, dir, NULL, &base_case, "symbolic link as the entry", &p);
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1, "a symbolic link as the entry: not followed, rebuilt");
+    free(path);
+    free(target);
+    free(dir);
+  }
+  /* A 512 MiB sparse entry is refused by its size, before a byte is read. */
+  {
+    char *dir = make_dir(base, "huge");
+    char *path = path_join(dir, entry_name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int made = fd >= 0 && ftruncate(fd, (off_t)512 << 20) == 0;
+    if (fd >= 0) close(fd);
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    run_phase(env, dir, NULL, &base_case, "512 MiB entry", &p);
+    getrusage(RUSAGE_SELF, &after);
+    const long grown_mib = (after.ru_maxrss - before.ru_maxrss) / 1024;
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1 && grown_mib < 256,
+          "a 512 MiB sparse entry: rejected without reading it (peak memory grew %ld MiB)", grown_mib);
+    free(path);
+    free(dir);
+  }
+  /* Another variant's entry filed under this key (header key rewritten, its own checksum still valid). */
+  {
+    char *dir = make_dir(base, "planted_variant");
+    char *path = path_join(dir, entry_name);
+    unsigned char *data = malloc(other_size);
+    memcpy(data, other, other_size);
+    memcpy(data + 16, good + 16, FCL_CACHE_KEY_SIZE);
+    int made = spit(path, data, other_size) == 0;
+    free(data);
+    run_phase(env, dir, NULL, &base_case, "another variant's entry under this key", &p);
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1,
+          "another variant's entry under this key: its build options differ, rejected, rebuilt, correct");
+    free(path);
+    free(dir);
+  }
+  /* A well-formed entry whose program lacks the kernel: a miss, rebuilt and overwritten, never a failure. */
+  {
+    char *dir = make_dir(base, "planted_kernel");
+    size_t size = 0;
+    unsigned char *bin = foreign_binary(env, &size);
+    int made = bin && plant_entry(dir, good, tag, "flash_fwd", good_options, bin, size) == 0;
+    free(bin);
+    run_phase(env, dir, NULL, &base_case, "a program without the kernel", &p);
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1,
+          "a valid entry whose program lacks flash_fwd: rejected after loading, rebuilt, correct");
+    phase q;
+    run_phase(env, dir, NULL, &base_case, "reload", &q);
+    check(is_disk_hit(&q), "the overwritten entry then loads from disk");
+    free(dir);
+  }
+  /* The label: an entry naming another kernel or other build options is refused. */
+  {
+    char *dir = make_dir(base, "label");
+    const unsigned char *payload = good + FCL_CACHE_HEADER_SIZE + label_size(good);
+    size_t size = good_size - (size_t)(payload - good);
+    int made = plant_entry(dir, good, tag, "flash_bwd_dq", good_options, payload, size) == 0;
+    run_phase(env, dir, NULL, &base_case, "label names another kernel", &p);
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1, "an entry labelled with another kernel name: rejected");
+    made = plant_entry(dir, good, tag, "flash_fwd", "-cl-std=CL1.2 -DD=128", payload, size) == 0;
+    run_phase(env, dir, NULL, &base_case, "label names other options", &p);
+    check(made && is_rebuilt(&p) && p.st.disk_rejected == 1, "an entry labelled with other build options: rejected");
+    free(dir);
+  }
+  /* A directory others may write is not trusted: no disk cache, and the stats say why. */
+  {
+    char *dir = make_dir(base, "world_writable");
+    chmod(dir, 0777);
+    run_phase(env, dir, NULL, &base_case, "world-writable directory", &p);
+    const int bins = count_files(dir, &others, NULL);
+    check(p.result == 0 && p.st.disk_writes == 0 && p.st.disk_hits == 0 && bins == 0 && strstr(p.refused, "writable"),
+          "a directory writable by others: run without the disk cache, nothing written, the stats say why (\"%s\")",
+          p.refused);
+    chmod(dir, 0700);
+    free(dir);
+  }
+  /* A directory the library creates is private to the user. */
+  {
+    char *parent = make_dir(base, "fresh");
+    char *dir = path_join(parent, "a/b");
+    run_phase(env, dir, NULL, &base_case, "new directory", &p);
+    struct stat sb;
+    check(p.result == 0 && p.st.disk_writes == 1 && stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700,
+          "a new cache directory is created with mode 0700 (%o)", (unsigned)(sb.st_mode & 0777));
+    free(dir);
+    free(parent);
+  }
 }
 
 /* ---- threads of one process, each with its own context, populating one key at once ---- */
@@ -560,6 +725,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < NUM_DAMAGE; ++k)
       test_damage(&env, base, (damage)k, good, good_size, entry_name, other, other_size, tag);
   }
+
+  /* The label of the good entry: "flash_fwd\0<its build options>\0". */
+  if (good && other && good_size > FCL_CACHE_HEADER_SIZE + label_size(good) && label_size(good) > 10)
+    test_trust(&env, base, entry_name, good, good_size, other, other_size, tag,
+               (const char *)good + FCL_CACHE_HEADER_SIZE + strlen("flash_fwd") + 1);
 
   /* ---- an unwritable directory ---- */
   {

@@ -130,6 +130,48 @@ static void reference_too_large(test_env *env) {
     if (bufs[i]) clReleaseMemObject(bufs[i]);
 }
 
+/* B = H = 1, f32, o with strides {0, 28, 4}: the batch and head strides of extent-1 dimensions mean nothing
+   and must not reach CLBlast. The result matches the host reference, and o's and lse's every element is
+   written by the one successful call. */
+static void reference_extent_one_strides(test_env *env) {
+  enum { NQ = 7, NK = 9, D = 4 };
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = desc.num_heads = 1, desc.seqlen_q = NQ, desc.seqlen_k = NK, desc.head_dim = D;
+  desc.dtype = FCL_DTYPE_F32;
+  desc.o_stride[0] = 0, desc.o_stride[1] = 28, desc.o_stride[2] = 4;
+  float q[NQ * D], k[NK * D], v[NK * D], o[NQ * D], lse[NQ];
+  for (int i = 0; i < NQ * D; ++i) q[i] = (float)test_uniform();
+  for (int i = 0; i < NK * D; ++i) k[i] = (float)test_uniform(), v[i] = (float)test_uniform();
+  cl_int err;
+  cl_mem bq = clCreateBuffer(env->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof q, q, &err);
+  cl_mem bk = clCreateBuffer(env->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof k, k, &err);
+  cl_mem bv = clCreateBuffer(env->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof v, v, &err);
+  cl_mem bo = create_float_buffer(env, NQ * D, NAN), blse = create_float_buffer(env, NQ, NAN);
+  cl_event ev = NULL;
+  fcl_status st = fcl_attention_reference(env->fcl, env->queue, &desc, bq, bk, bv, bo, blse, 0, NULL, &ev);
+  if (ev) {
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+  }
+  double dq[NQ * D], dk[NK * D], dv[NK * D], ref_o[NQ * D], ref_lse[NQ], max_abs = 0, lse_err = 0;
+  for (int i = 0; i < NQ * D; ++i) dq[i] = q[i];
+  for (int i = 0; i < NK * D; ++i) dk[i] = k[i], dv[i] = v[i];
+  reference_forward(&desc, NULL, dq, dk, dv, ref_o, ref_lse);
+  read_floats(env, bo, o, NQ * D);
+  read_floats(env, blse, lse, NQ);
+  const double rel = rel_error(o, ref_o, NQ * D, &max_abs);
+  for (int i = 0; i < NQ; ++i) lse_err = fmax(lse_err, isnan(lse[i]) ? INFINITY : fabs(lse[i] - ref_lse[i]));
+  check(st == FCL_SUCCESS && rel < FWD_TOL_F32 && lse_err < FWD_TOL_LSE,
+        "reference, B=H=1 f32 with o_stride {0, 28, 4}: %s %s (rel %.1e, lse max abs %.1e)", fcl_status_string(st),
+        st ? fcl_last_error() : "", rel, lse_err);
+  clReleaseMemObject(bq);
+  clReleaseMemObject(bk);
+  clReleaseMemObject(bv);
+  clReleaseMemObject(bo);
+  clReleaseMemObject(blse);
+}
+
 int main(int argc, char **argv) {
   int small = 0, reference = 0;
   for (int i = 1; i < argc; ++i) {
@@ -161,6 +203,7 @@ int main(int argc, char **argv) {
       skip("reference on an out-of-order queue: the device has none (%d)", (int)err);
     }
     reference_too_large(&env);
+    reference_extent_one_strides(&env);
   }
   test_close(&env);
   return test_summary("test_forward");

@@ -70,6 +70,38 @@ int main(void) {
   check(fcl_plan_forward(&caps, 256, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "512 B of local memory: %s",
         p.reason);
 
+  /* FLASHCL_FORWARD_SHAPE (development): a shape that fits is used; one whose products overflow an int, or
+     that does not fit, falls back to the rule's plan. */
+  caps.local_mem_size = 48 << 10;
+  caps.is_gpu = 1, caps.is_cpu = 0;
+  const int good_shape[5] = {8, 16, 4, 2, 0}, huge_shape[5] = {65536, 65536, 65536, 65536, -1};
+  memcpy(caps.forward_shape, good_shape, sizeof good_shape);
+  ok = fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) && p.tr == 8 && p.tc == 16;
+  check(ok, "FLASHCL_FORWARD_SHAPE=8,16,4,2,0 is planned as given: %s", p.reason);
+  memcpy(caps.forward_shape, huge_shape, sizeof huge_shape);
+  ok = fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) &&
+       !strstr(p.reason, "FLASHCL_FORWARD_SHAPE");
+  check(ok, "FLASHCL_FORWARD_SHAPE=65536,65536,65536,65536 falls back to the default plan: %dx%d work-items, %s",
+        p.tr, p.tc, p.reason);
+  check(fcl_plan_forward_shape(&caps, 64, 0, 65536, 65536, 65536, 65536, 1, 0, &p) != 0 &&
+            fcl_plan_forward_shape(&caps, 64, 0, 1, 1, 1 << 30, 8, 1, 0, &p) != 0,
+        "shapes whose products overflow an int do not fit");
+  memset(caps.forward_shape, 0, sizeof caps.forward_shape);
+  /* The variable's parser: four or five integers in range, nothing else. */
+  static const struct {
+    const char *text;
+    int ok;
+  } texts[] = {{"8,16,4,2", 1},           {"8,16,4,2,1", 1},          {"8,16,4,2,-1", 1},
+               {"65536,65536,65536,65536", 0}, {"8,16,4", 0},         {"8,16,4,2,7", 0},
+               {"-1,2,3,4", 0},           {"0,16,4,2", 0},            {"8,16,4,2junk", 0},
+               {"99999999999999999999,1,1,1", 0}, {"", 0},            {"8, 16, 4, 2", 1}};
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i) {
+    int shape[5] = {0, 0, 0, 0, 0};
+    const int parsed = fcl_parse_forward_shape(texts[i].text, shape) == 0;
+    check(parsed == texts[i].ok && (!parsed || (shape[0] > 0 && shape[4] >= -1 && shape[4] <= 1)),
+          "FLASHCL_FORWARD_SHAPE=\"%s\" is %s", texts[i].text, texts[i].ok ? "accepted" : "ignored");
+  }
+
   /* A 48 KiB GPU at head_dim 64 and 128 gets the large tiles the kernel is fast with. */
   caps.local_mem_size = 48 << 10;
   fcl_plan_forward(&caps, 128, FCL_DTYPE_F32, 0, &p);

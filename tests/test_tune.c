@@ -305,7 +305,7 @@ static void recorded_shapes(test_env *env) {
       {"flashcl forward tune 1\nhead_dim 32\ndtype 0\nshape 0,4,8,8 pad 1 kt 0\n", "record with a zero size"},
       {"garbage", "record of garbage"}};
   for (size_t i = 0; i < sizeof payloads / sizeof payloads[0]; ++i) {
-    check(fcl_cache_write_entry(dir, &key, tag, payloads[i][0], strlen(payloads[i][0])) == 0, "write %s",
+    check(fcl_cache_write_entry(dir, &key, tag, FCL_TUNE_ENTRY_NAME, "", payloads[i][0], strlen(payloads[i][0])) == 0, "write %s",
           payloads[i][1]);
     expect_default(env, &def, payloads[i][1]);
   }

@@ -79,6 +79,9 @@ int main(void) {
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "dtype 7", "dtype", fx.desc.dtype = (fcl_dtype)7);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale NaN", "scale", fx.desc.scale = NAN);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale infinite", "scale", fx.desc.scale = INFINITY);
+  /* Kernels scale by scale * log2(e) in float: a scale whose product overflows would give all-NaN output. */
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale 3e38 (scale * log2(e) overflows)", "scale", fx.desc.scale = 3e38f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale -3e38", "scale", fx.desc.scale = -3e38f);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "causal 2", "causal", fx.desc.causal = 2);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative stride", "q_stride[1]",
               (fx.desc.q_stride[0] = 576, fx.desc.q_stride[1] = -1, fx.desc.q_stride[2] = 16));
@@ -159,6 +162,109 @@ int main(void) {
          fx.o.buf, fx.lse, 0, NULL, "queue belongs to another");
   expect(FCL_ERROR_INVALID_ARGUMENT, "k of another context", e->fcl, e->queue, fx.q.buf, other_buf, fx.v.buf,
          fx.o.buf, fx.lse, 0, NULL, "k belongs to another");
+
+  /* Memory objects and events the kernels cannot use as given: an image, an output the kernels may not
+     write, an input they may not read, an event of another cl_context. */
+  {
+    cl_image_format fmt = {CL_RGBA, CL_FLOAT};
+    cl_image_desc idesc;
+    memset(&idesc, 0, sizeof idesc);
+    idesc.image_type = CL_MEM_OBJECT_IMAGE2D, idesc.image_width = 64, idesc.image_height = 64;
+    cl_mem image = clCreateImage(e->context, CL_MEM_READ_WRITE, &fmt, &idesc, NULL, &err);
+    if (err == CL_SUCCESS) {
+      expect(FCL_ERROR_INVALID_ARGUMENT, "q a 2-D image", e->fcl, e->queue, image, fx.k.buf, fx.v.buf, fx.o.buf,
+             fx.lse, 0, NULL, "q is an image");
+      expect(FCL_ERROR_INVALID_ARGUMENT, "o a 2-D image", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, image,
+             fx.lse, 0, NULL, "o is an image");
+      clReleaseMemObject(image);
+    } else {
+      skip("2-D image: the device has no image support (%d)", (int)err);
+    }
+    cl_mem ro = clCreateBuffer(e->context, CL_MEM_READ_ONLY, fx.o.elems * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "o created CL_MEM_READ_ONLY", e->fcl, e->queue, fx.q.buf, fx.k.buf, fx.v.buf,
+           ro, fx.lse, 0, NULL, "o was created CL_MEM_READ_ONLY");
+    cl_mem ro_lse = clCreateBuffer(e->context, CL_MEM_READ_ONLY, 2 * 4 * 9 * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "lse created CL_MEM_READ_ONLY", e->fcl, e->queue, fx.q.buf, fx.k.buf,
+           fx.v.buf, fx.o.buf, ro_lse, 0, NULL, "lse was created CL_MEM_READ_ONLY");
+    cl_mem wo = clCreateBuffer(e->context, CL_MEM_WRITE_ONLY, fx.q.elems * 4, NULL, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "q created CL_MEM_WRITE_ONLY", e->fcl, e->queue, wo, fx.k.buf, fx.v.buf,
+           fx.o.buf, fx.lse, 0, NULL, "q was created CL_MEM_WRITE_ONLY");
+    cl_event foreign = clCreateUserEvent(other, &err);
+    expect(FCL_ERROR_INVALID_ARGUMENT, "wait-list event of another cl_context", e->fcl, e->queue, fx.q.buf, fx.k.buf,
+           fx.v.buf, fx.o.buf, fx.lse, 1, &foreign, "wait[0] belongs to another");
+    clSetUserEventStatus(foreign, CL_COMPLETE);
+    clReleaseEvent(foreign);
+    clReleaseMemObject(ro);
+    clReleaseMemObject(ro_lse);
+    clReleaseMemObject(wo);
+  }
+
+  /* Aliasing through sub-buffers of one parent and through buffers over one host array: byte ranges count,
+     not handles. Regions start at multiples of the device's base address alignment. */
+  {
+    cl_uint align_bits = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+    const size_t A = align_bits >= 8 ? align_bits / 8 : 128;
+    const size_t slot = (4608 + A - 1) / A * A; /* one region per tensor: q and o are 4608 bytes */
+    cl_mem parent = clCreateBuffer(e->context, CL_MEM_READ_WRITE, slot * 12, NULL, &err);
+    cl_mem r[12];
+    for (int i = 0; i < 12; ++i) {
+      cl_buffer_region reg = {slot * (size_t)i, slot};
+      r[i] = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &err);
+    }
+    /* A region one alignment step into region 0 (q) and one into region 3 (o). */
+    cl_buffer_region into_q = {A, slot}, into_o = {3 * slot + A, 288};
+    cl_mem o_over_q = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &into_q, &err);
+    cl_mem lse_in_o = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &into_o, &err);
+    reset_desc();
+    expect(FCL_ERROR_INVALID_ARGUMENT, "o a sub-buffer overlapping q's", e->fcl, e->queue, r[0], r[1], r[2], o_over_q,
+           r[4], 0, NULL, "o overlaps q");
+    expect(FCL_ERROR_INVALID_ARGUMENT, "lse a sub-buffer inside o's", e->fcl, e->queue, r[0], r[1], r[2], r[3],
+           lse_in_o, 0, NULL, "lse overlaps o");
+    /* o inside the parent of the inputs' sub-buffers: the parent holds every byte of q. */
+    expect(FCL_ERROR_INVALID_ARGUMENT, "o the parent of q's sub-buffer", e->fcl, e->queue, r[0], r[1], r[2], parent,
+           r[4], 0, NULL, "o overlaps q");
+    /* The backward's outputs: d_q overlapping d_k, a workspace over lse. */
+    size_t ws_bytes = fcl_attention_backward_workspace_size(e->fcl, &fx.desc);
+    cl_buffer_region into_dq = {6 * slot + A, 2816}, over_lse = {4 * slot, ws_bytes};
+    cl_mem dk_over_dq = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &into_dq, &err);
+    cl_mem ws_over_lse = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &over_lse, &err);
+    st = fcl_attention_backward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], r[5], r[6], dk_over_dq, r[8],
+                                r[9], 0, NULL, NULL);
+    check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "d_k overlaps d_q"),
+          "backward, d_k a sub-buffer overlapping d_q's -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    st = fcl_attention_backward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8],
+                                ws_over_lse, 0, NULL, NULL);
+    check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "workspace overlaps lse"),
+          "backward, workspace a sub-buffer over lse -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    /* Disjoint regions of one parent are fine. */
+    cl_event ok_ev = NULL;
+    st = fcl_attention_forward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], 0, NULL, &ok_ev);
+    check(st == FCL_SUCCESS, "disjoint sub-buffers of one parent are accepted: %s %s", fcl_status_string(st),
+          st ? fcl_last_error() : "");
+    if (ok_ev) {
+      clWaitForEvents(1, &ok_ev);
+      clReleaseEvent(ok_ev);
+    }
+    /* Two CL_MEM_USE_HOST_PTR buffers over one host array. */
+    void *host = NULL;
+    if (posix_memalign(&host, 4096, 16384) == 0) {
+      memset(host, 0, 16384);
+      cl_mem hq = clCreateBuffer(e->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 4608, host, &err);
+      cl_mem ho = clCreateBuffer(e->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 4608, (char *)host + 4096, &err);
+      expect(FCL_ERROR_INVALID_ARGUMENT, "o and q over one host array", e->fcl, e->queue, hq, r[1], r[2], ho, r[4], 0,
+             NULL, "o overlaps q");
+      clReleaseMemObject(hq);
+      clReleaseMemObject(ho);
+      free(host);
+    }
+    clReleaseMemObject(dk_over_dq);
+    clReleaseMemObject(ws_over_lse);
+    clReleaseMemObject(o_over_q);
+    clReleaseMemObject(lse_in_o);
+    for (int i = 0; i < 12; ++i) clReleaseMemObject(r[i]);
+    clReleaseMemObject(parent);
+  }
 
   /* fcl_context_create. */
   fcl_context *ctx = (fcl_context *)(uintptr_t)1;

@@ -430,6 +430,7 @@ static void show_cache(fcl_context *fcl, const char *key, const char *title, int
     add_error(&r, "stats", "cache statistics", "%s: %s", fcl_status_string(s), fcl_last_error());
   } else {
     if (st.cache_dir) add_string(&r, "directory", "directory", "%s", st.cache_dir);
+    else if (st.cache_refused) add_string(&r, "directory", "directory", "(off: %s)", st.cache_refused);
     else add_string(&r, "directory", "directory", "(off: cache_dir \"\" or FLASHCL_CACHE_DIR=\"\", or no HOME)");
     char bytes[96];
     format_bytes(st.device_bytes, bytes, sizeof bytes);

@@ -1,0 +1,88 @@
+/* An event chain: the commands of one operation enqueued in order, each behind the one before, whose
+ * events all stay alive until the last command has completed or failed.
+ *
+ * Why: when a command fails (a user event in the caller's wait list set to an error status), the OpenCL
+ * runtime marks every command that depends on it as failed, walking the dependents' events. PoCL aborts
+ * the process (pocl_update_event_failed) when it reaches an event the application has already released.
+ * So an operation must not release the events of its intermediate commands right after enqueuing them:
+ * they are kept here and released by a completion callback on the last event, which runs whether that
+ * event completes or fails. The last event's status tells the caller whether the operation ran. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait) {
+  memset(c, 0, sizeof *c);
+  c->queue = queue;
+  c->num_wait = num_wait;
+  c->wait = num_wait ? wait : NULL;
+}
+
+fcl_status fcl_chain_next(fcl_chain *c, cl_uint *num_wait, const cl_event **wait, cl_event **event) {
+  if (c->count == c->capacity) {
+    const size_t cap = c->capacity ? 2 * c->capacity : 8;
+    cl_event *grown = realloc(c->events, cap * sizeof *grown);
+    if (!grown) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory for an event chain");
+    c->events = grown;
+    c->capacity = cap;
+  }
+  c->events[c->count] = NULL;
+  if (c->count == 0) {
+    *num_wait = c->num_wait;
+    *wait = c->wait;
+  } else {
+    *num_wait = 1;
+    *wait = &c->events[c->count - 1];
+  }
+  *event = &c->events[c->count];
+  return FCL_SUCCESS;
+}
+
+void fcl_chain_push(fcl_chain *c) {
+  if (c->count < c->capacity && c->events[c->count]) ++c->count;
+}
+
+/* The events a callback releases: a copy, so the chain itself can be discarded at once. */
+typedef struct chain_release {
+  size_t count;
+  cl_event events[];
+} chain_release;
+
+static void CL_CALLBACK release_events(cl_event event, cl_int status, void *user_data) {
+  (void)event;
+  (void)status;
+  chain_release *r = user_data;
+  for (size_t i = 0; i < r->count; ++i) clReleaseEvent(r->events[i]);
+  free(r);
+}
+
+fcl_status fcl_chain_end(fcl_chain *c, cl_event *event) {
+  fcl_status st = FCL_SUCCESS;
+  if (c->count > 0) {
+    cl_event last = c->events[c->count - 1];
+    /* The caller takes the last event's reference; the callback releases all the others (the last too when
+       the caller did not ask for it: releasing an event from its own callback is allowed). */
+    const size_t n = event ? c->count - 1 : c->count;
+    if (event) *event = last;
+    if (n > 0) {
+      chain_release *r = malloc(sizeof *r + n * sizeof(cl_event));
+      cl_int err = CL_OUT_OF_HOST_MEMORY;
+      if (r) {
+        r->count = n;
+        memcpy(r->events, c->events, n * sizeof(cl_event));
+        err = clSetEventCallback(last, CL_COMPLETE, release_events, r);
+      }
+      if (err != CL_SUCCESS) {
+        /* Without a callback the only safe release is after the last command is done. */
+        free(r);
+        st = fcl_cl_failure("clSetEventCallback", err);
+        clWaitForEvents(1, &last);
+        for (size_t i = 0; i < n; ++i) clReleaseEvent(c->events[i]);
+      }
+    }
+  }
+  free(c->events);
+  memset(c, 0, sizeof *c);
+  return st;
+}

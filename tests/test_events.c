@@ -1,0 +1,109 @@
+/* A failed dependency: every operation enqueued behind a user event that the application then fails must
+ * neither crash the process (the OpenCL runtime propagates the failure through the operation's internal
+ * events, which must still exist) nor report success: the returned event ends with a negative status.
+ * Each case runs in its own process, so a crash fails that case alone.
+ *
+ *   test_events                 the suite
+ *   test_events --child NAME    (internal) one case; exit 0 when the returned event failed and nothing crashed */
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { B = 1, H = 2, N = 40, D = 16 };
+#define ELEMS ((size_t)B * H * N * D)
+
+/* One buffer carved into sub-buffers (as frameworks hand out tensors from a pool), or separate buffers. */
+typedef struct bufs {
+  cl_mem parent, m[10]; /* q k v o lse d_o d_q d_k d_v workspace */
+} bufs;
+
+static int make_bufs(test_env *e, int sub, bufs *b) {
+  memset(b, 0, sizeof *b);
+  cl_uint align_bits = 0;
+  clGetDeviceInfo(e->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+  size_t align = align_bits / 8 ? align_bits / 8 : 128;
+  const size_t slot = (ELEMS * 4 + align - 1) / align * align;
+  cl_int err;
+  float *fill = malloc(slot * 10);
+  for (size_t i = 0; i < slot * 10 / 4; ++i) fill[i] = (float)test_uniform();
+  if (sub) {
+    b->parent = clCreateBuffer(e->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, slot * 10, fill, &err);
+    for (int i = 0; i < 10 && err == CL_SUCCESS; ++i) {
+      cl_buffer_region r = {slot * (size_t)i, ELEMS * 4};
+      b->m[i] = clCreateSubBuffer(b->parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    }
+  } else {
+    err = CL_SUCCESS;
+    for (int i = 0; i < 10 && err == CL_SUCCESS; ++i)
+      b->m[i] = clCreateBuffer(e->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ELEMS * 4, fill, &err);
+  }
+  free(fill);
+  return err == CL_SUCCESS ? 0 : -1;
+}
+
+static int child(const char *name) {
+  test_seed();
+  test_env e;
+  if (test_open(&e, NULL)) return 2;
+  const int sub = strstr(name, "sub") != NULL;
+  bufs b;
+  if (make_bufs(&e, sub, &b)) return 2;
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = B, desc.num_heads = H, desc.seqlen_q = N, desc.seqlen_k = N, desc.head_dim = D, desc.causal = 1;
+  cl_int err;
+  cl_event user = clCreateUserEvent(e.context, &err);
+  if (err != CL_SUCCESS) return 2;
+  cl_event done = NULL;
+  fcl_status st;
+  if (strncmp(name, "forward", 7) == 0)
+    st = fcl_attention_forward(e.fcl, e.queue, &desc, b.m[0], b.m[1], b.m[2], b.m[3], b.m[4], 1, &user, &done);
+  else if (strncmp(name, "reference", 9) == 0)
+    st = fcl_attention_reference(e.fcl, e.queue, &desc, b.m[0], b.m[1], b.m[2], b.m[3], b.m[4], 1, &user, &done);
+  else
+    st = fcl_attention_backward(e.fcl, e.queue, &desc, b.m[0], b.m[1], b.m[2], b.m[3], b.m[4], b.m[5], b.m[6],
+                                b.m[7], b.m[8], b.m[9], 1, &user, strstr(name, "noevent") ? NULL : &done);
+  if (st != FCL_SUCCESS) {
+    printf("     %s: %s: %s\n", name, fcl_status_string(st), fcl_last_error());
+    return 3;
+  }
+  clSetUserEventStatus(user, -1); /* the application's upstream work failed */
+  cl_int status = 0;
+  if (done) {
+    clWaitForEvents(1, &done);
+    clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    clReleaseEvent(done);
+  } else {
+    status = -1; /* no event to ask: surviving is the check */
+  }
+  clFinish(e.queue);
+  clReleaseEvent(user);
+  for (int i = 0; i < 10; ++i) clReleaseMemObject(b.m[i]);
+  if (b.parent) clReleaseMemObject(b.parent);
+  test_close(&e);
+  printf("     %s: the returned event ended with status %d\n", name, (int)status);
+  return status < 0 ? 0 : 4;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(argv[2]);
+  static const char *const cases[] = {"forward",          "forward_sub",   "backward",         "backward_sub",
+                                      "backward_sub_noevent", "reference",     "reference_sub"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(argv[0], argv[0], "--child", cases[i], (char *)NULL);
+      _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    const int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    check(ok, "%s behind a failed user event: no crash, the returned event reports the failure (%s %d)", cases[i],
+          WIFSIGNALED(ws) ? "signal" : "exit", WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+  }
+  return test_summary("test_events");
+}
