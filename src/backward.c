@@ -28,7 +28,7 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
                                     cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q,
                                     cl_mem d_k, cl_mem d_v, cl_mem workspace, cl_uint num_wait,
                                     const cl_event *wait, fcl_problem *p, size_t *ws_floats) {
-  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, p);
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, p);
   if (st) return st;
   if (!lse)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,

@@ -8,8 +8,8 @@
 static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
 
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
-                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
-                                const cl_event *wait, fcl_problem *p) {
+                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                cl_uint num_wait, const cl_event *wait, fcl_problem *p) {
   if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
   fcl_status st;
   size_t rows = 0;
@@ -20,8 +20,11 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
       (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
       (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) ||
+      (workspace && (st = fcl_check_float_buffer(ctx, workspace, "workspace", 0))) ||
       (st = fcl_check_wait_list(ctx, num_wait, wait)))
     return st;
+  size_t ws_size = 0;
+  if (workspace) FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof ws_size, &ws_size, NULL));
   /* The outputs must not share memory with an input or each other. */
   uint64_t r[4][2], m[3][2];
   if ((st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
@@ -37,7 +40,8 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
                                  {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
                                  {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
                                  {o, r[3][0], r[3][1], 1, "o"},
-                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"}};
+                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"},
+                                 {workspace, 0, ws_size, 1, "workspace"}};
   return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
 }
 
@@ -240,18 +244,28 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
   for (cl_uint i = 0; i < num_wait; ++i) waits[n++] = wait[i];
   if (last) waits[n++] = last;
   const cl_long lse_off = (cl_long)((size_t)t->splits * rows * (size_t)p->d);
-  cl_event e_part = NULL, e_done = NULL;
-  st = enqueue_launch(queue, p, t, kernel, q, k, v, NULL, NULL, part, lse_off, n, n ? waits : NULL, &e_part);
-  if (waits != waits_small) free(waits);
-  if (st) return st;
   const fcl_merge_parts parts = {part, 0, {(int64_t)(p->heads * p->nq * p->d), p->nq * p->d, p->d},
                                  (int64_t)(rows * (size_t)p->d), part, lse_off, (cl_uint)t->splits, 0};
-  st = fcl_enqueue_combine(ctx, queue, p, &parts, o, lse, 1, &e_part, &e_done);
-  clReleaseEvent(e_part);
-  if (st) return st;
-  if (!workspace) fcl_scratch_used(ctx, queue, e_done);
-  if (event) *event = e_done;
-  else clReleaseEvent(e_done);
+  /* Partials, then their combine, as one chain (its events live until the combine completes). */
+  fcl_chain ch;
+  fcl_chain_begin(&ch, queue, n, n ? waits : NULL);
+  cl_uint nw;
+  const cl_event *w;
+  cl_event *ev, done = NULL;
+  if (!(st = fcl_chain_next(&ch, &nw, &w, &ev))) {
+    st = enqueue_launch(queue, p, t, kernel, q, k, v, NULL, NULL, part, lse_off, nw, w, ev);
+    fcl_chain_push(&ch);
+  }
+  if (!st && !(st = fcl_chain_next(&ch, &nw, &w, &ev))) {
+    st = fcl_enqueue_combine(ctx, queue, p, &parts, o, lse, nw, w, ev);
+    fcl_chain_push(&ch);
+  }
+  const fcl_status end = fcl_chain_end(&ch, st ? NULL : &done);
+  if (waits != waits_small) free(waits);
+  if (st || end) return st ? st : end;
+  if (!workspace) fcl_scratch_used(ctx, queue, done);
+  if (event) *event = done;
+  else clReleaseEvent(done);
   return FCL_SUCCESS;
 }
 
@@ -274,7 +288,7 @@ fcl_status fcl_attention_forward(fcl_context *ctx, cl_command_queue queue, const
                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
                                  const cl_event *wait, cl_event *event) {
   fcl_problem p;
-  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, &p);
   return st ? st : run_forward(ctx, queue, &p, q, k, v, o, lse, NULL, num_wait, wait, event);
 }
 
@@ -298,17 +312,9 @@ fcl_status fcl_attention_forward_with_workspace(fcl_context *ctx, cl_command_que
                                                 cl_mem o, cl_mem lse, cl_mem workspace, cl_uint num_wait,
                                                 const cl_event *wait, cl_event *event) {
   fcl_problem p;
-  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  /* The workspace's size depends on the plan and is checked when the call splits. */
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, workspace, num_wait, wait, &p);
   if (st) return st;
-  if (workspace) {
-    /* Its size depends on the plan and is checked when the call splits. */
-    if ((st = fcl_check_float_buffer(ctx, workspace, "workspace", 0))) return st;
-    const cl_mem others[8] = {q, k, v, o, lse, p.alibi, p.mask, p.sinks};
-    static const char *const names[8] = {"q", "k", "v", "o", "lse", "desc->alibi_slopes", "desc->mask", "desc->sinks"};
-    for (int i = 0; i < 8; ++i)
-      if (others[i] && others[i] == workspace)
-        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "workspace is the same buffer as %s", names[i]);
-  }
   return run_forward(ctx, queue, &p, q, k, v, o, lse, workspace, num_wait, wait, event);
 }
 

@@ -367,9 +367,11 @@ fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 
 /* ---- forward.c: shared with the other operations and fcl_describe_plan ---- */
 
+/* Validates the forward's arguments into *p: the descriptor, every buffer (workspace: optional, a
+   caller's split-KV scratch, an output), the queue and the wait list. */
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
-                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
-                                const cl_event *wait, fcl_problem *p);
+                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                cl_uint num_wait, const cl_event *wait, fcl_problem *p);
 /* Chooses the forward kernel variant for p and returns its plan and built kernel. Caller holds ctx->lock. */
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel);
 /* The built portable forward kernel of plan for dtype, and the work-items it admits (*kernel_wg). Caller

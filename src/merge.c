@@ -63,7 +63,7 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
   fcl_status st;
   size_t rows = 0;
   if ((st = fcl_resolve_problem(desc, &p)) || (st = fcl_check_queue(ctx, queue)) ||
-      (st = fcl_check_wait_list(num_wait, wait)) || (st = fcl_row_count(&p, &rows)))
+      (st = fcl_check_wait_list(ctx, num_wait, wait)) || (st = fcl_row_count(&p, &rows)))
     return st;
   if (num_parts < 1 || num_parts > INT32_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts is %u; it must be at least 1", num_parts);
@@ -81,16 +81,19 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
       (st = fcl_check_no_overlap("o", &p, p.heads, p.nq, p.o_stride, "o")) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, &p)))
     return st;
-  const cl_mem outs[2] = {o, lse};
-  const char *const out_names[2] = {"o", "lse"};
-  const cl_mem ins[3] = {o_parts, lse_parts, p.sinks};
-  const char *const in_names[3] = {"o_parts", "lse_parts", "desc->sinks"};
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 3; ++j)
-      if (outs[i] && outs[i] == ins[j])
-        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is the same buffer as %s; outputs must not alias inputs",
-                        out_names[i], in_names[j]);
-  if (lse && lse == o) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "lse is the same buffer as o");
+  /* The outputs must not share memory with the parts, the sinks or each other. */
+  uint64_t po[2], r[2], m[3][2];
+  if ((st = fcl_tensor_bytes(&p, "o_parts", p.heads, p.nq, p.o_stride, p.o_offset, &po[0], &r[1])) ||
+      (st = fcl_tensor_bytes(&p, "o_parts", p.heads, p.nq, p.o_stride, last_offset, &r[0], &po[1])) ||
+      (st = fcl_tensor_bytes(&p, "o", p.heads, p.nq, p.o_stride, p.o_offset, &r[0], &r[1])))
+    return st;
+  fcl_modifier_bytes(&p, m[0], m[1], m[2]);
+  const fcl_buffer_use uses[] = {{o_parts, po[0], po[1], 0, "o_parts"},
+                                 {lse_parts, 0, (uint64_t)rows * num_parts * sizeof(float), 0, "lse_parts"},
+                                 {p.sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                 {o, r[0], r[1], 1, "o"},
+                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"}};
+  if ((st = fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0])))) return st;
 
   const fcl_merge_parts parts = {o_parts, p.o_offset, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, parts_stride,
                                  lse_parts, 0, num_parts, 1};

@@ -395,7 +395,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
                                    cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_uint num_wait,
                                    const cl_event *wait, cl_event *event) {
   fcl_problem p;
-  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, num_wait, wait, &p);
+  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, &p);
   if (st) return st;
 #ifndef FLASHCL_HAVE_CLBLAST
   (void)event;
