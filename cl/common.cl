@@ -162,9 +162,10 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
   (void)m, (void)i, (void)j;
   return s;
 }
-/* The modified score of (i, j), or -INFINITY when the key is hidden. */
-inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nk) {
-  return fcl_visible(m, i, j, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
+/* The modified score of (i, j), or -INFINITY when the key is hidden or i is a padding row beyond nq (whose
+   mask row does not exist). */
+inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk) {
+  return i < nq && fcl_visible(m, i, j, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
 }
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)

@@ -125,7 +125,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nk);
+        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;

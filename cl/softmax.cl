@@ -31,7 +31,7 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   /* Per work-item online max and sum over its strided share of the row. */
   float m = -INFINITY, l = 0.0f;
   for (int j = begin + lid; j < end; j += WG) {
-    const float x = fcl_score(&mods, srow[j] * c, r, j, nk);
+    const float x = fcl_score(&mods, srow[j] * c, r, j, nq, nk);
     if (x == -INFINITY) continue; /* a key the mask hides */
     if (x > m) {
       l = l * exp2(m - x) + 1.0f;
@@ -64,7 +64,7 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   /* Every entry is read by the work-item that writes it, so no barrier separates the passes. */
   for (int j = lid; j < nk; j += WG) {
-    const float x = j >= begin && j < end ? fcl_score(&mods, srow[j] * c, r, j, nk) : -INFINITY;
+    const float x = j >= begin && j < end ? fcl_score(&mods, srow[j] * c, r, j, nq, nk) : -INFINITY;
     srow[j] = x == -INFINITY ? 0.0f : exp2(x - mx) * inv;
   }
   if (write_lse && lid == 0) lse[grow] = sum == 0.0f ? -INFINITY : (mx + log2(sum)) * FCL_LN2;

@@ -291,7 +291,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           for (int e = 0; e < 4; ++e) {
             const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
             const int col = k0 + i * 8 + 2 * t + (e & 1);
-            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nk)
+            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nq, nk)
                                      : (fcl_visible(&mods, row, col, nk) ? s[mt][i][e] : -INFINITY);
           }
     }
