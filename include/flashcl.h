@@ -231,12 +231,15 @@ typedef struct fcl_tune_result {
                              (head_dim, dtype) plans with it from now on; 0: the rule's default stays */
   int saved;              /* 1: the choice was written to the cache directory, where new contexts on this
                              device, driver and library version find it */
+  int wall_clock;         /* 1: the device's profiling clock read zero or did not advance, so best_ms and
+                             default_ms are host wall-clock times (enqueue to clFinish on an idle queue) */
 } fcl_tune_result;
 
 /* Times the portable forward kernel at each candidate shape that fits this device for desc's head_dim and
    dtype, and the rule's default, on scratch buffers of desc's size (random contents, contiguous layout;
    desc's strides and offsets are not used), and records the winner when it beats the default. queue must
-   have CL_QUEUE_PROFILING_ENABLE. Blocks until done; takes seconds (more on large shapes). */
+   have CL_QUEUE_PROFILING_ENABLE; where its profiling clock is unusable the wall clock times instead
+   (wall_clock). Blocks until done; takes seconds (more on large shapes). */
 FCL_API fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                     fcl_tune_result *out);
 
