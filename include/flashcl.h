@@ -219,6 +219,30 @@ typedef struct fcl_cache_stats {
 /* Counters of this context since its creation, and the disk cache's entries for its device. */
 FCL_API fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
 
+/* ---- Device quirks: measured properties of the driver that planning respects ---- */
+
+typedef enum fcl_quirk_source {
+  FCL_QUIRK_UNKNOWN = 0, /* the probe could not run (detail says why); no loop limit is assumed */
+  FCL_QUIRK_MEASURED,    /* measured when this context was created */
+  FCL_QUIRK_CACHED,      /* measured earlier for this device, driver and library version; read from the cache */
+  FCL_QUIRK_FORCED       /* set by $FLASHCL_LOOP_BUDGET (development override; 0 means no limit) */
+} fcl_quirk_source;
+
+typedef struct fcl_device_quirks {
+  uint64_t loop_budget;     /* loop iterations one work-item may run in one kernel launch, all loops together,
+                               before the driver silently ends every loop (llvmpipe: 65 535); 0: no limit
+                               found (none below 2^20). Operations that would exceed it are refused with
+                               FCL_ERROR_UNSUPPORTED rather than run to a wrong answer. */
+  int profiling_clock_zero; /* 1: profiling event times read zero or do not advance (fcl_tune_forward then
+                               times with the wall clock); 0: they advance; -1: not measured */
+  fcl_quirk_source source;  /* where loop_budget and profiling_clock_zero came from */
+  char detail[192];         /* how they were found, in words */
+} fcl_device_quirks;
+
+/* The quirks of ctx's device, probed once when the context was created (a tiny kernel; its result is kept in
+   the disk cache directory beside the kernels, keyed by device, driver and library version). */
+fcl_status fcl_context_device_quirks(fcl_context *ctx, fcl_device_quirks *out);
+
 /* ---- Tuning (opt-in): time the portable forward kernel's candidate shapes on this device. ---- */
 
 typedef struct fcl_tune_result {

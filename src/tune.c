@@ -320,6 +320,8 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   pthread_mutex_lock(&ctx->lock);
   st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, 0, &def, &def_kernel);
   pthread_mutex_unlock(&ctx->lock);
+  /* A launch past the device's loop budget ends early: its time says nothing. */
+  if (!st) st = fcl_forward_within_budget(caps, &p, &def);
   if (st) return st;
 
   tune_buffers b = {{NULL, NULL, NULL, NULL}};
@@ -357,7 +359,8 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     pthread_mutex_lock(&ctx->lock);
     st = fcl_forward_portable_kernel(ctx, &t, p.dtype, "", &kernel, &wg);
     pthread_mutex_unlock(&ctx->lock);
-    if (!st && wg >= (size_t)t.wg) st = time_plan(ctx, queue, &p, &t, kernel, &b, &wall, &ms);
+    if (!st && wg >= (size_t)t.wg && fcl_forward_within_budget(caps, &p, &t) == FCL_SUCCESS)
+      st = time_plan(ctx, queue, &p, &t, kernel, &b, &wall, &ms);
     else if (!st) st = FCL_ERROR_UNSUPPORTED;
     const int ran = st == FCL_SUCCESS;
     if (!ran) { /* this candidate cannot run here: leave it out */
@@ -373,7 +376,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
         cl_kernel rk;
         size_t rwg = 0;
         pthread_mutex_lock(&ctx->lock);
-        st = fcl_forward_portable_kernel(ctx, &redo[r], p.dtype, &rk, &rwg);
+        st = fcl_forward_portable_kernel(ctx, &redo[r], p.dtype, "", &rk, &rwg);
         pthread_mutex_unlock(&ctx->lock);
         if (!st) st = time_plan(ctx, queue, &p, &redo[r], rk, &b, &wall, redo_ms[r]);
       }
