@@ -233,9 +233,11 @@ typedef struct fcl_device_quirks {
                                before the driver silently ends every loop (llvmpipe: 65 535); 0: no limit
                                found (none below 2^20). Operations that would exceed it are refused with
                                FCL_ERROR_UNSUPPORTED rather than run to a wrong answer. */
-  int profiling_clock_zero; /* 1: profiling event times read zero or do not advance (fcl_tune_forward then
-                               times with the wall clock); 0: they advance; -1: not measured */
-  fcl_quirk_source source;  /* where loop_budget and profiling_clock_zero came from */
+  int profiling_clock_unusable; /* 1: profiling event times read zero, do not advance, or advance far less
+                                   than the host's clock (rusticl on llvmpipe counts 0, 1, 2, 3 ns per
+                                   command); fcl_tune_forward then times with the wall clock. 0: they
+                                   work; -1: not measured */
+  fcl_quirk_source source;  /* where loop_budget and profiling_clock_unusable came from */
   char detail[192];         /* how they were found, in words */
 } fcl_device_quirks;
 
@@ -255,8 +257,9 @@ typedef struct fcl_tune_result {
                              (head_dim, dtype) plans with it from now on; 0: the rule's default stays */
   int saved;              /* 1: the choice was written to the cache directory, where new contexts on this
                              device, driver and library version find it */
-  int wall_clock;         /* 1: the device's profiling clock read zero or did not advance, so best_ms and
-                             default_ms are host wall-clock times (enqueue to clFinish on an idle queue) */
+  int wall_clock;         /* 1: the device's profiling clock is unusable (zero, not advancing, or far behind
+                             the host's clock), so best_ms and default_ms are host wall-clock times
+                             (enqueue to clFinish on an idle queue) */
 } fcl_tune_result;
 
 /* Times the portable forward kernel at each candidate shape that fits this device for desc's head_dim and

@@ -53,7 +53,7 @@ typedef struct fcl_device_caps {
      work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
   unsigned long long loop_budget;
   int loop_budget_source;   /* FCL_QUIRK_* */
-  int profiling_clock_zero; /* 1 zero or not advancing, 0 works, -1 not measured */
+  int profiling_clock_unusable; /* 1 (fcl_profiling_time_unusable), 0 works, -1 not measured */
   char quirk_detail[192];
 } fcl_device_caps;
 
@@ -68,9 +68,13 @@ int fcl_parse_forward_shape(const char *text, int shape[5]);
    cl/loop_budget.cl, whose result is then recorded there. Never fails: a probe that cannot run leaves "no
    limit" with the reason in caps->quirk_detail. */
 void fcl_measure_device_quirks(cl_context context, cl_device_id device, const char *cache_dir, fcl_device_caps *caps);
-/* One run of the probe kernel asking for n iterations: *count completed, *clock_zero 1 when the profiling
-   times were zero or did not increase. */
-fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, int *count, int *clock_zero);
+/* One run of the probe kernel asking for n iterations: *count completed, *clock_unusable 1 when its profiling
+   times fail fcl_profiling_time_unusable. */
+fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, int *count, int *clock_unusable);
+/* 1 when an event's profiling START and END cannot time a command that took wall_ns on the host (enqueue to
+   completion): zero, not increasing, or under a thousandth of the wall time (rusticl on llvmpipe counts 0, 1,
+   2, 3 ns per command). Used wherever the library times with events. */
+int fcl_profiling_time_unusable(cl_ulong start, cl_ulong end, double wall_ns);
 /* The record's file in dir for caps' device (malloc'd), or NULL when dir is NULL. */
 char *fcl_loop_budget_file_path(const fcl_device_caps *caps, const char *dir);
 

@@ -5,8 +5,8 @@
  * LP_MAX_TGSI_LOOP_ITERATIONS = 65 535) does, under rusticl and Clover. A kernel then returns wrong results
  * with no error. The library measures the budget with cl/loop_budget.cl (one work-item, a loop of
  * LOOP_PROBE_N iterations; a count below that is the budget) and the planner keeps every launch inside it
- * (loop_bounds.c). The same launch tells whether the profiling clock works (start and end times non-zero and
- * increasing).
+ * (loop_bounds.c). The same launch tells whether the profiling clock works (fcl_profiling_time_unusable:
+ * rusticl on llvmpipe reports 0, 1, 2, 3 ns as a command's queued, submit, start and end times).
  *
  * The result is a property of the driver, not of the device's name: it is kept in the context and, with a disk
  * cache, in an entry of the binary cache's format keyed by the device identity and library version (as for
@@ -19,9 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LOOP_PROBE_N (1 << 20) /* iterations the probe asks for: a budget at or above this is not seen */
-#define LOOP_PROBE_FORMAT 1    /* of the record's key options and payload */
+#define LOOP_PROBE_FORMAT 2    /* of the record's key options and payload */
 #define LOOP_PROBE_PAYLOAD_MAX 256
 
 static const char *probe_source(void) {
@@ -49,14 +50,14 @@ char *fcl_loop_budget_file_path(const fcl_device_caps *caps, const char *dir) {
   return path;
 }
 
-/* 0 when the payload is a record of this format: *budget (0: none found) and *clock (1 zero, 0 works). */
+/* 0 when the payload is a record of this format: *budget (0: none found) and *clock (1 unusable, 0 works). */
 static int parse_record(const unsigned char *data, size_t size, unsigned long long *budget, int *clock) {
   char text[LOOP_PROBE_PAYLOAD_MAX + 1];
   if (size == 0 || size > LOOP_PROBE_PAYLOAD_MAX) return -1;
   memcpy(text, data, size);
   text[size] = '\0';
   int format = 0, n = 0;
-  if (sscanf(text, "flashcl loop budget %d n %d budget %llu clock_zero %d", &format, &n, budget, clock) != 4)
+  if (sscanf(text, "flashcl loop budget %d n %d budget %llu clock_unusable %d", &format, &n, budget, clock) != 4)
     return -1;
   return format == LOOP_PROBE_FORMAT && n == LOOP_PROBE_N && *budget < (unsigned long long)LOOP_PROBE_N &&
                  (*clock == 0 || *clock == 1)
@@ -64,9 +65,17 @@ static int parse_record(const unsigned char *data, size_t size, unsigned long lo
              : -1;
 }
 
-/* Runs the probe kernel once with n iterations: *count completed, *clock_zero 1 when the event's profiling
-   times are zero or do not increase. */
-fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, int *count, int *clock_zero) {
+static double wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
+}
+
+int fcl_profiling_time_unusable(cl_ulong start, cl_ulong end, double wall) {
+  return start == 0 || end <= start || (double)(end - start) * 1000.0 < wall;
+}
+
+fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, int *count, int *clock_unusable) {
   const char *src = probe_source();
   if (!src) return fcl_fail(FCL_ERROR_BUILD, "the loop budget probe's source is not embedded in the library");
   cl_int err;
@@ -105,10 +114,12 @@ fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, in
   PROBE_STEP(clSetKernelArg(kernel, 0, sizeof one, &one), "clSetKernelArg");
   PROBE_STEP(clSetKernelArg(kernel, 1, sizeof n, &n), "clSetKernelArg");
   PROBE_STEP(clSetKernelArg(kernel, 2, sizeof out, &out), "clSetKernelArg");
+  const double t0 = wall_ns();
   PROBE_STEP(clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &global, 0, NULL, &ev),
              "clEnqueueNDRangeKernel(fcl_loop_budget)");
   PROBE_STEP(clEnqueueReadBuffer(queue, out, CL_TRUE, 0, sizeof result, &result, 0, NULL, NULL),
              "clEnqueueReadBuffer");
+  const double wall = wall_ns() - t0;
 #undef PROBE_STEP
   /* A clock that cannot be read times nothing either: counted as zero. */
   cl_ulong start = 0, end = 0;
@@ -119,7 +130,7 @@ fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, in
     st = fcl_fail(FCL_ERROR_OPENCL, "the loop budget probe counted %d of %d iterations", (int)result, n);
   if (!st) {
     *count = result;
-    *clock_zero = start == 0 || end <= start;
+    *clock_unusable = fcl_profiling_time_unusable(start, end, wall);
   }
   if (ev) clReleaseEvent(ev);
   if (out) clReleaseMemObject(out);
@@ -132,7 +143,7 @@ fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, in
 
 void fcl_measure_device_quirks(cl_context context, cl_device_id device, const char *cache_dir, fcl_device_caps *caps) {
   caps->loop_budget = 0;
-  caps->profiling_clock_zero = -1;
+  caps->profiling_clock_unusable = -1;
   const char *forced = getenv("FLASHCL_LOOP_BUDGET");
   if (forced && *forced) {
     char *end;
@@ -155,7 +166,7 @@ void fcl_measure_device_quirks(cl_context context, cl_device_id device, const ch
     free(data);
     if (found) {
       caps->loop_budget = budget;
-      caps->profiling_clock_zero = clock;
+      caps->profiling_clock_unusable = clock;
       caps->loop_budget_source = FCL_QUIRK_CACHED;
       snprintf(caps->quirk_detail, sizeof caps->quirk_detail, "measured earlier, read from the cache directory");
       return;
@@ -169,13 +180,13 @@ void fcl_measure_device_quirks(cl_context context, cl_device_id device, const ch
     return;
   }
   caps->loop_budget = count < LOOP_PROBE_N ? (unsigned long long)count : 0;
-  caps->profiling_clock_zero = clock;
+  caps->profiling_clock_unusable = clock;
   caps->loop_budget_source = FCL_QUIRK_MEASURED;
   snprintf(caps->quirk_detail, sizeof caps->quirk_detail, "measured: a loop of %d iterations completed %d", LOOP_PROBE_N,
            count);
   if (cache_dir) {
     char payload[LOOP_PROBE_PAYLOAD_MAX];
-    const int n = snprintf(payload, sizeof payload, "flashcl loop budget %d\nn %d\nbudget %llu\nclock_zero %d\n",
+    const int n = snprintf(payload, sizeof payload, "flashcl loop budget %d\nn %d\nbudget %llu\nclock_unusable %d\n",
                            LOOP_PROBE_FORMAT, LOOP_PROBE_N, (unsigned long long)caps->loop_budget, clock);
     unsigned char tag[FCL_CACHE_TAG_SIZE];
     fcl_cache_device_tag(caps, tag);
@@ -188,7 +199,7 @@ fcl_status fcl_context_device_quirks(fcl_context *ctx, fcl_device_quirks *out) {
   if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
   memset(out, 0, sizeof *out);
   out->loop_budget = ctx->caps.loop_budget;
-  out->profiling_clock_zero = ctx->caps.profiling_clock_zero;
+  out->profiling_clock_unusable = ctx->caps.profiling_clock_unusable;
   out->source = (fcl_quirk_source)ctx->caps.loop_budget_source;
   snprintf(out->detail, sizeof out->detail, "%s", ctx->caps.quirk_detail);
   return FCL_SUCCESS;

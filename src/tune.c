@@ -4,7 +4,8 @@
  * fcl_tune_forward times a short list of candidate shapes (those measured fastest on GPUs and on CPUs in
  * docs/notes-portable.md) that fit the device for the problem's (head_dim, dtype), and the rule's default,
  * on scratch buffers of the problem's size: the median device time (profiling events) of TUNE_RUNS calls
- * after one warm-up, or the host's wall clock where the profiling clock reads zero or does not advance. A candidate that does not build, admits too few work-items or fails to run is left
+ * after one warm-up, or the host's wall clock where the profiling clock is unusable (zero, not advancing, or
+ * far behind the host's clock). A candidate that does not build, admits too few work-items or fails to run is left
  * out. The winner is recorded only when it is at least TUNE_MARGIN faster than the default; otherwise the
  * default stays and an earlier record is removed.
  *
@@ -239,8 +240,8 @@ static double wall_ms(void) {
 
 /* Median time in ms of TUNE_RUNS forward calls with plan t after one warm-up: device time from profiling
    events, or, once *wall is set, host wall time from an idle queue to clFinish. A profiling clock that
-   reads zero or does not advance (rusticl on llvmpipe) sets *wall and the runs are timed again by the
-   wall clock, so no figure comes from that clock. */
+   cannot time the run (fcl_profiling_time_unusable: rusticl on llvmpipe counts 1 ns per command) sets
+   *wall and the runs are timed again by the wall clock, so no figure comes from that clock. */
 static fcl_status time_plan(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t,
                             cl_kernel kernel, const tune_buffers *b, int *wall, double *median_ms) {
   double ms[TUNE_RUNS];
@@ -261,7 +262,7 @@ static fcl_status time_plan(fcl_context *ctx, cl_command_queue queue, const fcl_
     if (err == CL_SUCCESS && !*wall) err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
     clReleaseEvent(ev);
     if (err != CL_SUCCESS) return fcl_cl_failure("clWaitForEvents/clFinish/clGetEventProfilingInfo", err);
-    if (!*wall && (start == 0 || end <= start)) {
+    if (!*wall && fcl_profiling_time_unusable(start, end, 1e6 * (t1 - t0))) {
       *wall = 1;
       i = -1; /* start over: the warm-up is done, every run is now timed by the wall clock */
       continue;
@@ -337,7 +338,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     }
   }
   double default_ms = 0, best_ms = 0;
-  int wall = 0;
+  int wall = caps->profiling_clock_unusable == 1; /* measured at context creation; checked again per run */
   if (!st) st = time_plan(ctx, queue, &p, &def, def_kernel, &b, &wall, &default_ms);
   if (st) {
     release_buffers(&b);
