@@ -110,16 +110,16 @@ static void test_record(test_env *env, const char *base) {
         "a fresh cache directory: %s (%s), recorded in %s", source_name(a->caps.loop_budget_source),
         a->caps.quirk_detail, path ? path : "(no path)");
   printf("     loop budget %llu (0: none below 2^20), profiling clock %s\n", a->caps.loop_budget,
-         a->caps.profiling_clock_zero ? "reads zero" : "works");
+         a->caps.profiling_clock_unusable ? "reads zero" : "works");
   fcl_context *b = context_in(env, dir);
   if (b) {
     check(b->caps.loop_budget_source == FCL_QUIRK_CACHED && b->caps.loop_budget == a->caps.loop_budget &&
-              b->caps.profiling_clock_zero == a->caps.profiling_clock_zero,
+              b->caps.profiling_clock_unusable == a->caps.profiling_clock_unusable,
           "a second context reads the record (%s, budget %llu)", source_name(b->caps.loop_budget_source),
           b->caps.loop_budget);
     fcl_device_quirks q;
     check(fcl_context_device_quirks(b, &q) == FCL_SUCCESS && q.loop_budget == b->caps.loop_budget &&
-              q.source == FCL_QUIRK_CACHED && q.profiling_clock_zero == b->caps.profiling_clock_zero && q.detail[0],
+              q.source == FCL_QUIRK_CACHED && q.profiling_clock_unusable == b->caps.profiling_clock_unusable && q.detail[0],
           "fcl_context_device_quirks reports it: %s", q.detail);
     fcl_context_release(b);
   }
