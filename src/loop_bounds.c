@@ -110,6 +110,14 @@ uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg) {
 
 /* ---- refusals, with the numbers ---- */
 
+/* The most rows of a range of n that a block of `block` rows of the other side sees: the window (wl + wr
+   around the diagonal, causal folded in; nk and nq mean unbounded) widened by the block, at most n. The
+   kernels stream only that range, from its first tile on. */
+static int64_t window_span(int64_t n, int64_t block, const fcl_problem *p) {
+  const int64_t span = block + p->wl + p->wr;
+  return span < n ? span : n;
+}
+
 static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const char *what, int64_t needed,
                          int64_t rows_per_tile, int64_t fit, uint64_t iterations) {
   return fcl_fail(FCL_ERROR_UNSUPPORTED,
@@ -125,7 +133,7 @@ static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const 
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
   /* The bounds describe the portable kernel; vendor kernels run on drivers without a budget. */
   if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return FCL_SUCCESS;
-  const int64_t tiles = (p->nk + plan->bc - 1) / plan->bc; /* the last query block sees every key */
+  const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
   const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
   if (fit > 0 && tiles <= fit) return FCL_SUCCESS;
   return refuse(caps, "the forward kernel", "key", tiles, plan->bc, fit, fcl_forward_loop_iterations(plan, tiles));
@@ -136,12 +144,12 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
   if (!caps->loop_budget) return FCL_SUCCESS;
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *dq = &plans[FCL_BWD_DQ];
   /* dK/dV streams query tiles of every query head of its kv head; dQ streams key tiles. */
-  const int64_t kv_tiles = p->group * ((p->nq + kv->br - 1) / kv->br);
+  const int64_t kv_tiles = p->group * ((window_span(p->nq, kv->bc, p) + kv->br - 1) / kv->br);
   const int64_t kv_fit = fcl_backward_max_tiles(kv, FCL_BWD_DKDV, p->group, caps->loop_budget);
   if (kv_fit <= 0 || kv_tiles > kv_fit)
     return refuse(caps, "the backward's dK/dV kernel", "query", kv_tiles, kv->br, kv_fit,
                   fcl_backward_loop_iterations(kv, FCL_BWD_DKDV, p->group, kv_tiles));
-  const int64_t dq_tiles = (p->nk + dq->bc - 1) / dq->bc;
+  const int64_t dq_tiles = (window_span(p->nk, dq->br, p) + dq->bc - 1) / dq->bc;
   const int64_t dq_fit = fcl_backward_max_tiles(dq, FCL_BWD_DQ, 1, caps->loop_budget);
   if (dq_fit <= 0 || dq_tiles > dq_fit)
     return refuse(caps, "the backward's dQ kernel", "key", dq_tiles, dq->bc, dq_fit,
