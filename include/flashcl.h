@@ -243,7 +243,7 @@ typedef struct fcl_device_quirks {
 
 /* The quirks of ctx's device, probed once when the context was created (a tiny kernel; its result is kept in
    the disk cache directory beside the kernels, keyed by device, driver and library version). */
-fcl_status fcl_context_device_quirks(fcl_context *ctx, fcl_device_quirks *out);
+FCL_API fcl_status fcl_context_device_quirks(fcl_context *ctx, fcl_device_quirks *out);
 
 /* ---- Tuning (opt-in): time the portable forward kernel's candidate shapes on this device. ---- */
 
