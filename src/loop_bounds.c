@@ -39,7 +39,7 @@ static uint64_t forward_per_tile(const fcl_tile_plan *p) {
 
 static uint64_t forward_fixed(const fcl_tile_plan *p) {
   const uint64_t rm = (uint64_t)p->rm, dn = (uint64_t)p->dn;
-  return tile_load(p, (uint64_t)p->br) + nest(rm, dn) /* init */ + nest(rm, dn) /* store */;
+  return tile_load(p, (uint64_t)p->br) + nest(rm, dn) /* init */ + nest(rm, dn + dn) /* sinks' rescale, store */;
 }
 
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles) {
