@@ -26,6 +26,8 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; ++i)
     run_forward_case(&env, env.queue, &fwd[i], fcl_attention_forward, "forward long keys");
+  /* The materialized reference path: its softmax and CLBlast's GEMMs loop over the keys too. */
+  run_forward_case(&env, env.queue, &fwd[0], fcl_attention_reference, "reference long keys");
   /* The backward: dQ streams 10 000 keys; dK/dV streams 10 000 query rows (times the group of 2). */
   static const bwd_case bwd[] = {
       {1, 2, 0, 48, 10000, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0},
