@@ -463,6 +463,8 @@ fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_pla
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles);
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles);
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
+/* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row. */
+uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
 /* The backward's d_sinks kernel over `rows` (batch * seqlen_q) rows with wg work-items. */
 uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
@@ -478,6 +480,7 @@ fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_prob
 fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],
                                       size_t dsinks_wg /* 0: no d_sinks launch */);
 fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
+fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
 
 /* ---- reference.c ---- */
 

@@ -101,6 +101,13 @@ uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg) {
   return ceil_div((uint64_t)(rows > 0 ? rows : 0), wg ? wg : 1) + halvings(wg);
 }
 
+/* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
+
+uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
+  const uint64_t n = (uint64_t)(parts > 0 ? parts : 0);
+  return n /* max */ + n /* sum */ + nest(ceil_div((uint64_t)(d > 0 ? d : 0), wg ? wg : 1), n) /* O */;
+}
+
 /* ---- the reference path's row softmax: cl/softmax.cl, one work-group of wg per row of nk scores ---- */
 
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg) {
@@ -133,7 +140,9 @@ static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const 
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
   /* The bounds describe the portable kernel; vendor kernels run on drivers without a budget. */
   if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return FCL_SUCCESS;
-  const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
+  int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
+  /* Split-KV: a work-group streams one chunk of ceil(tiles / splits) tiles (fcl_split_keys in common.cl). */
+  if (plan->splits > 1) tiles = (tiles + plan->splits - 1) / plan->splits;
   const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
   if (fit > 0 && tiles <= fit) return FCL_SUCCESS;
   return refuse(caps, "the forward kernel", "key", tiles, plan->bc, fit, fcl_forward_loop_iterations(plan, tiles));
@@ -178,4 +187,14 @@ fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, si
                   "(%zu work-items a row), but %s allows %llu per work-item and launch (%s; beyond it the driver "
                   "silently ends every loop): refused rather than computed wrong",
                   (long long)nk, (unsigned long long)n, wg, caps->device_name, caps->loop_budget, caps->quirk_detail);
+}
+
+fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg) {
+  const uint64_t n = fcl_combine_loop_iterations(parts, d, wg);
+  if (!caps->loop_budget || n <= caps->loop_budget) return FCL_SUCCESS;
+  return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                  "combining %lld parts runs up to %llu loop iterations per work-item, but %s allows %llu per "
+                  "work-item and launch (%s; beyond it the driver silently ends every loop): refused rather than "
+                  "computed wrong",
+                  (long long)parts, (unsigned long long)n, caps->device_name, caps->loop_budget, caps->quirk_detail);
 }

@@ -202,6 +202,33 @@ static void test_forced(test_env *env) {
   env->fcl = saved;
   fcl_context_release(ctx);
 
+  /* fcl_attention_merge of 400 parts: 400 passes of each of its loops per work-item, past a budget of 300. */
+  setenv("FLASHCL_LOOP_BUDGET", "300", 1);
+  ctx = context_in(env, "");
+  if (ctx) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = desc.num_heads = desc.seqlen_q = desc.seqlen_k = 1, desc.head_dim = 4, desc.dtype = FCL_DTYPE_F32;
+    cl_mem parts = create_float_buffer(env, 400 * 4, 0.5f), lses = create_float_buffer(env, 400, 0.0f);
+    cl_mem out = create_float_buffer(env, 4, NAN);
+    cl_event ev = NULL;
+    st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 400, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                              : FCL_ERROR_OUT_OF_RESOURCES;
+    check(st == FCL_ERROR_UNSUPPORTED && !ev && strstr(fcl_last_error(), "loop iterations per work-item"),
+          "merge of 400 parts past a budget of 300: %s: %s", fcl_status_string(st), fcl_last_error());
+    st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 40, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                              : FCL_ERROR_OUT_OF_RESOURCES;
+    if (ev) clWaitForEvents(1, &ev), clReleaseEvent(ev);
+    float got[4] = {0, 0, 0, 0};
+    const int read = st == FCL_SUCCESS && read_floats(env, out, got, 4) == 0;
+    check(read && fabsf(got[0] - 0.5f) < 1e-6f && fabsf(got[3] - 0.5f) < 1e-6f,
+          "merge of 40 equal parts within it: %s, O = %g (0.5 expected)", fcl_status_string(st), (double)got[0]);
+    cl_mem all[3] = {parts, lses, out};
+    for (int i = 0; i < 3; ++i)
+      if (all[i]) clReleaseMemObject(all[i]);
+    fcl_context_release(ctx);
+  }
+
   setenv("FLASHCL_LOOP_BUDGET", "0", 1);
   ctx = context_in(env, "");
   if (ctx) {
