@@ -219,6 +219,32 @@ typedef struct fcl_cache_stats {
 /* Counters of this context since its creation, and the disk cache's entries for its device. */
 FCL_API fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out);
 
+/* ---- Device quirks: measured properties of the driver that planning respects ---- */
+
+typedef enum fcl_quirk_source {
+  FCL_QUIRK_UNKNOWN = 0, /* the probe could not run (detail says why); no loop limit is assumed */
+  FCL_QUIRK_MEASURED,    /* measured when this context was created */
+  FCL_QUIRK_CACHED,      /* measured earlier for this device, driver and library version; read from the cache */
+  FCL_QUIRK_FORCED       /* set by $FLASHCL_LOOP_BUDGET (development override; 0 means no limit) */
+} fcl_quirk_source;
+
+typedef struct fcl_device_quirks {
+  uint64_t loop_budget;     /* loop iterations one work-item may run in one kernel launch, all loops together,
+                               before the driver silently ends every loop (llvmpipe: 65 535); 0: no limit
+                               found (none below 2^20). Operations that would exceed it are refused with
+                               FCL_ERROR_UNSUPPORTED rather than run to a wrong answer. */
+  int profiling_clock_unusable; /* 1: profiling event times read zero, do not advance, or advance far less
+                                   than the host's clock (rusticl on llvmpipe counts 0, 1, 2, 3 ns per
+                                   command); fcl_tune_forward then times with the wall clock. 0: they
+                                   work; -1: not measured */
+  fcl_quirk_source source;  /* where loop_budget and profiling_clock_unusable came from */
+  char detail[192];         /* how they were found, in words */
+} fcl_device_quirks;
+
+/* The quirks of ctx's device, probed once when the context was created (a tiny kernel; its result is kept in
+   the disk cache directory beside the kernels, keyed by device, driver and library version). */
+FCL_API fcl_status fcl_context_device_quirks(fcl_context *ctx, fcl_device_quirks *out);
+
 /* ---- Tuning (opt-in): time the portable forward kernel's candidate shapes on this device. ---- */
 
 typedef struct fcl_tune_result {
@@ -231,12 +257,16 @@ typedef struct fcl_tune_result {
                              (head_dim, dtype) plans with it from now on; 0: the rule's default stays */
   int saved;              /* 1: the choice was written to the cache directory, where new contexts on this
                              device, driver and library version find it */
+  int wall_clock;         /* 1: the device's profiling clock is unusable (zero, not advancing, or far behind
+                             the host's clock), so best_ms and default_ms are host wall-clock times
+                             (enqueue to clFinish on an idle queue) */
 } fcl_tune_result;
 
 /* Times the portable forward kernel at each candidate shape that fits this device for desc's head_dim and
    dtype, and the rule's default, on scratch buffers of desc's size (random contents, contiguous layout;
    desc's strides and offsets are not used), and records the winner when it beats the default. queue must
-   have CL_QUEUE_PROFILING_ENABLE. Blocks until done; takes seconds (more on large shapes). */
+   have CL_QUEUE_PROFILING_ENABLE; where its profiling clock is unusable the wall clock times instead
+   (wall_clock). Blocks until done; takes seconds (more on large shapes). */
 FCL_API fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                     fcl_tune_result *out);
 

@@ -236,6 +236,7 @@ fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, cons
   cl_kernel kernels[4];
   size_t dsinks_wg = 0;
   st = fcl_select_backward(ctx, &p, plans, kernels, &dsinks_wg);
+  if (!st) st = fcl_backward_within_budget(&ctx->caps, &p, plans, dsinks_wg);
   if (!st)
     st = enqueue_backward(ctx, queue, &p, plans, kernels, dsinks_wg, q, k, v, o, lse, d_o, d_q, d_k, d_v, workspace,
                           num_wait, wait, event);

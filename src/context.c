@@ -83,6 +83,7 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   }
   ctx->context = context;
   ctx->device = device;
+  fcl_measure_device_quirks(context, device, ctx->cache_dir, &ctx->caps);
   *out = ctx;
   return FCL_SUCCESS;
 }

@@ -277,6 +277,7 @@ static fcl_status run_forward(fcl_context *ctx, cl_command_queue queue, const fc
   fcl_tile_plan plan;
   cl_kernel kernel;
   fcl_status st = fcl_select_forward(ctx, p, &plan, &kernel);
+  if (!st) st = fcl_forward_within_budget(&ctx->caps, p, &plan);
   if (!st)
     st = plan.splits > 1 ? enqueue_split(ctx, queue, p, &plan, kernel, q, k, v, o, lse, workspace, num_wait, wait, event)
                          : enqueue_launch(queue, p, &plan, kernel, q, k, v, o, lse, NULL, 0, num_wait, wait, event);

@@ -49,12 +49,34 @@ typedef struct fcl_device_caps {
   /* Development override of the portable forward's plan (FLASHCL_FORWARD_SHAPE), used when it fits:
      tr, tc, rm, rn (tr 0: none) and kt (-1: by device type). */
   int forward_shape[5];
+  /* loop_budget.c: measured driver quirks (fcl_device_quirks in flashcl.h). loop_budget: iterations one
+     work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
+  unsigned long long loop_budget;
+  int loop_budget_source;   /* FCL_QUIRK_* */
+  int profiling_clock_unusable; /* 1 (fcl_profiling_time_unusable), 0 works, -1 not measured */
+  char quirk_detail[192];
 } fcl_device_caps;
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
 /* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
    five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
 int fcl_parse_forward_shape(const char *text, int shape[5]);
+
+/* ---- loop_budget.c: the per-work-item loop budget and the profiling clock, measured once ---- */
+
+/* Fills caps' quirk fields: $FLASHCL_LOOP_BUDGET, else the record in cache_dir (NULL: none), else a run of
+   cl/loop_budget.cl, whose result is then recorded there. Never fails: a probe that cannot run leaves "no
+   limit" with the reason in caps->quirk_detail. */
+void fcl_measure_device_quirks(cl_context context, cl_device_id device, const char *cache_dir, fcl_device_caps *caps);
+/* One run of the probe kernel asking for n iterations: *count completed, *clock_unusable 1 when its profiling
+   times fail fcl_profiling_time_unusable. */
+fcl_status fcl_run_loop_probe(cl_context context, cl_device_id device, int n, int *count, int *clock_unusable);
+/* 1 when an event's profiling START and END cannot time a command that took wall_ns on the host (enqueue to
+   completion): zero, not increasing, or under a thousandth of the wall time (rusticl on llvmpipe counts 0, 1,
+   2, 3 ns per command). Used wherever the library times with events. */
+int fcl_profiling_time_unusable(cl_ulong start, cl_ulong end, double wall_ns);
+/* The record's file in dir for caps' device (malloc'd), or NULL when dir is NULL. */
+char *fcl_loop_budget_file_path(const fcl_device_caps *caps, const char *dir);
 
 /* ---- plan.c: tile sizes and work-group shape (pure functions of capabilities and problem) ---- */
 
@@ -243,6 +265,8 @@ void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *nam
                      cl_program program);
 /* The label name of tune records (tune.c) in the cache's entry format. */
 #define FCL_TUNE_ENTRY_NAME "flashcl forward tune"
+/* The label name of loop-budget records (loop_budget.c). */
+#define FCL_LOOP_BUDGET_ENTRY_NAME "flashcl loop budget"
 void fcl_cache_note_memory_hit(fcl_context *ctx);
 
 /* ---- chain.c: an event chain, for every operation of more than one command ---- */
@@ -433,6 +457,34 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
    block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
    work_groups both launches together. Takes ctx->lock itself. */
 fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out);
+
+/* ---- loop_bounds.c: loop iterations of one launch against the device's loop budget ---- */
+
+/* Conservative upper bounds of the loop iterations one work-item runs in one launch, every loop of the kernel
+   source counted: the portable forward over key_tiles key tiles of plan p; backward kernel `which` (FCL_BWD_*)
+   over `tiles` streamed tiles (dK/dV: query tiles summed over the group's query heads; dQ: key tiles), group
+   the query heads per kv head; the reference softmax over a row of nk keys with wg work-items. */
+uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles);
+uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles);
+uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
+/* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row. */
+uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
+/* The backward's d_sinks kernel over `rows` (batch * seqlen_q) rows with wg work-items. */
+uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg);
+/* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
+   loop iterations per work-item: 0 when budget is 0 (no limit), -1 when not even one tile fits. What a split of
+   the key range into bounded launches (split-KV) needs: a launch over at most that many tiles stays exact. */
+int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, uint64_t budget);
+/* The same for backward kernel `which`: dK/dV's query tiles (of p->br rows, summed over group heads), dQ's key
+   tiles (of p->bc keys; pass group 1). */
+int64_t fcl_backward_max_tiles(const fcl_tile_plan *p, int which, int64_t group, uint64_t budget);
+/* FCL_SUCCESS when every launch of the operation stays inside caps->loop_budget; else FCL_ERROR_UNSUPPORTED with
+   a message naming the quirk and the numbers. */
+fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan);
+fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],
+                                      size_t dsinks_wg /* 0: no d_sinks launch */);
+fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
+fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
 
 /* ---- reference.c ---- */
 

@@ -34,6 +34,7 @@ fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const f
   cl_kernel kernel;
   size_t wg = 0;
   fcl_status st = combine_kernel(ctx, p, parts->in_dtype, &kernel, &wg);
+  if (!st) st = fcl_combine_within_budget(&ctx->caps, (int64_t)parts->count, p->d, wg);
   if (st) return st;
   cl_uint a = 0;
   const cl_long part_layout[5] = {parts->offset, parts->stride[0], parts->stride[1], parts->stride[2], parts->part_stride};

@@ -421,6 +421,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   char mods[96];
   fcl_modifier_defines(&p, mods, sizeof mods);
   st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
+  if (!st) st = fcl_softmax_within_budget(&ctx->caps, p.nk, r.softmax_wg);
   if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K] && rp.plain[REF_V]))
     st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_rows", defines, &r.gather);
   if (!st && !rp.plain[REF_O]) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_rows", defines, &r.scatter);

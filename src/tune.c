@@ -4,7 +4,8 @@
  * fcl_tune_forward times a short list of candidate shapes (those measured fastest on GPUs and on CPUs in
  * docs/notes-portable.md) that fit the device for the problem's (head_dim, dtype), and the rule's default,
  * on scratch buffers of the problem's size: the median device time (profiling events) of TUNE_RUNS calls
- * after one warm-up. A candidate that does not build, admits too few work-items or fails to run is left
+ * after one warm-up, or the host's wall clock where the profiling clock is unusable (zero, not advancing, or
+ * far behind the host's clock). A candidate that does not build, admits too few work-items or fails to run is left
  * out. The winner is recorded only when it is at least TUNE_MARGIN faster than the default; otherwise the
  * default stays and an earlier record is removed.
  *
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TUNE_RUNS 5         /* timed calls per shape, after one warm-up; the median counts */
@@ -230,24 +232,42 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Median device time in ms of TUNE_RUNS forward calls with plan t after one warm-up. */
+static double wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* Median time in ms of TUNE_RUNS forward calls with plan t after one warm-up: device time from profiling
+   events, or, once *wall is set, host wall time from an idle queue to clFinish. A profiling clock that
+   cannot time the run (fcl_profiling_time_unusable: rusticl on llvmpipe counts 1 ns per command) sets
+   *wall and the runs are timed again by the wall clock, so no figure comes from that clock. */
 static fcl_status time_plan(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t,
-                            cl_kernel kernel, const tune_buffers *b, double *median_ms) {
+                            cl_kernel kernel, const tune_buffers *b, int *wall, double *median_ms) {
   double ms[TUNE_RUNS];
   for (int i = -1; i < TUNE_RUNS; ++i) {
     cl_event ev = NULL;
+    FCL_CL_CHECK(clFinish(queue));
+    const double t0 = wall_ms();
     pthread_mutex_lock(&ctx->lock);
     fcl_status st = fcl_enqueue_forward(queue, p, t, kernel, b->m[0], b->m[1], b->m[2], b->m[3], NULL, 0, NULL, &ev);
     pthread_mutex_unlock(&ctx->lock);
     if (st) return st;
     cl_ulong start = 0, end = 0;
     cl_int err = clWaitForEvents(1, &ev);
-    if (err == CL_SUCCESS)
+    if (err == CL_SUCCESS) err = clFinish(queue);
+    const double t1 = wall_ms();
+    if (err == CL_SUCCESS && !*wall)
       err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
-    if (err == CL_SUCCESS) err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    if (err == CL_SUCCESS && !*wall) err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
     clReleaseEvent(ev);
-    if (err != CL_SUCCESS) return fcl_cl_failure("clWaitForEvents/clGetEventProfilingInfo", err);
-    if (i >= 0) ms[i] = 1e-6 * (double)(end - start);
+    if (err != CL_SUCCESS) return fcl_cl_failure("clWaitForEvents/clFinish/clGetEventProfilingInfo", err);
+    if (!*wall && fcl_profiling_time_unusable(start, end, 1e6 * (t1 - t0))) {
+      *wall = 1;
+      i = -1; /* start over: the warm-up is done, every run is now timed by the wall clock */
+      continue;
+    }
+    if (i >= 0) ms[i] = *wall ? t1 - t0 : 1e-6 * (double)(end - start);
   }
   qsort(ms, TUNE_RUNS, sizeof ms[0], cmp_double);
   *median_ms = ms[TUNE_RUNS / 2];
@@ -301,6 +321,8 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   pthread_mutex_lock(&ctx->lock);
   st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, 0, &def, &def_kernel);
   pthread_mutex_unlock(&ctx->lock);
+  /* A launch past the device's loop budget ends early: its time says nothing. */
+  if (!st) st = fcl_forward_within_budget(caps, &p, &def);
   if (st) return st;
 
   tune_buffers b = {{NULL, NULL, NULL, NULL}};
@@ -316,13 +338,14 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     }
   }
   double default_ms = 0, best_ms = 0;
-  if (!st) st = time_plan(ctx, queue, &p, &def, def_kernel, &b, &default_ms);
+  int wall = caps->profiling_clock_unusable == 1; /* measured at context creation; checked again per run */
+  if (!st) st = time_plan(ctx, queue, &p, &def, def_kernel, &b, &wall, &default_ms);
   if (st) {
     release_buffers(&b);
     return st;
   }
   best = def, best_ms = default_ms;
-  int timed = 1;
+  int timed = 1, compared_wall = wall; /* compared_wall: default_ms and best_ms are wall-clock times */
   const int(*cands)[5] = caps->is_cpu ? cpu_candidates : gpu_candidates;
   const size_t count = caps->is_cpu ? sizeof cpu_candidates / sizeof cpu_candidates[0]
                                     : sizeof gpu_candidates / sizeof gpu_candidates[0];
@@ -337,13 +360,34 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     pthread_mutex_lock(&ctx->lock);
     st = fcl_forward_portable_kernel(ctx, &t, p.dtype, "", &kernel, &wg);
     pthread_mutex_unlock(&ctx->lock);
-    if (!st && wg >= (size_t)t.wg) st = time_plan(ctx, queue, &p, &t, kernel, &b, &ms);
+    if (!st && wg >= (size_t)t.wg && fcl_forward_within_budget(caps, &p, &t) == FCL_SUCCESS)
+      st = time_plan(ctx, queue, &p, &t, kernel, &b, &wall, &ms);
     else if (!st) st = FCL_ERROR_UNSUPPORTED;
-    if (st) { /* this candidate cannot run here: leave it out */
+    const int ran = st == FCL_SUCCESS;
+    if (!ran) { /* this candidate cannot run here: leave it out */
       st = FCL_SUCCESS;
       fcl_clear_error();
-      continue;
     }
+    /* The clock failed only now: time the default (and the best so far) again by the same wall clock. */
+    if (wall && !compared_wall) {
+      compared_wall = 1;
+      const fcl_tile_plan redo[2] = {def, best};
+      double *redo_ms[2] = {&default_ms, &best_ms};
+      for (int r = 0; r < (same_shape(&def, &best) ? 1 : 2) && !st; ++r) {
+        cl_kernel rk;
+        size_t rwg = 0;
+        pthread_mutex_lock(&ctx->lock);
+        st = fcl_forward_portable_kernel(ctx, &redo[r], p.dtype, "", &rk, &rwg);
+        pthread_mutex_unlock(&ctx->lock);
+        if (!st) st = time_plan(ctx, queue, &p, &redo[r], rk, &b, &wall, redo_ms[r]);
+      }
+      if (same_shape(&def, &best)) best_ms = default_ms;
+      if (st) {
+        release_buffers(&b);
+        return st;
+      }
+    }
+    if (!ran) continue;
     ++timed;
     if (ms < best_ms) best = t, best_ms = ms;
   }
@@ -355,6 +399,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   out->best_ms = best_ms;
   out->default_ms = default_ms;
   out->candidates = timed;
+  out->wall_clock = wall;
   out->recorded = !same_shape(&best, &def) && best_ms < default_ms * (1.0 - TUNE_MARGIN);
   fcl_forward_shape shape;
   shape_of_plan(&best, &shape);

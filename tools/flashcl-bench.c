@@ -6,8 +6,10 @@
  * event is released once the whole call is enqueued, so host-side enqueue cost is excluded and the device
  * runs the call's commands back to back. A run's time is the profiling END of its last command minus the
  * END of the gate (all of a multi-command call, gaps between its commands included); a flash forward of
- * one kernel (not split) is timed by its own START and END. Where the device reports no usable profiling times the host's
- * wall clock from the release to completion is used (shown as timer "wall"). After --warmup untimed runs,
+ * one kernel (not split) is timed by its own START and END. Where the device reports no usable profiling
+ * times (zero, an end not after the start, more than the wall clock, or under a thousandth of it: rusticl
+ * on llvmpipe counts 0, 1, 2, 3 ns per command) the host's wall clock from the release to completion is
+ * used (shown as timer "wall"). After --warmup untimed runs,
  * --iters runs give the median, min and max.
  *
  * FLOP counts (the usual convention, so rows compare by time): forward 4*B*H*Nq*Nk*d, backward
@@ -468,10 +470,11 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
                                      one_kernel ? CL_PROFILING_COMMAND_START : CL_PROFILING_COMMAND_END,
                                      sizeof start, &start, NULL) == CL_SUCCESS &&
              clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) == CL_SUCCESS &&
-             end > start;
+             start > 0 && end > start;
     const double dev = ok ? (double)(end - start) / 1e6 : 0;
-    /* Profiling times that exceed the wall clock by far are not trusted. */
-    if (ok && dev <= wall * 1.05 + 0.05) {
+    /* Profiling times that exceed the wall clock by far, or fall under a thousandth of it (rusticl on llvmpipe
+       counts 0, 1, 2, 3 ns per command), are not trusted. */
+    if (ok && dev <= wall * 1.05 + 0.05 && dev * 1000.0 >= wall) {
       *ms = dev;
     } else {
       *ms = wall;

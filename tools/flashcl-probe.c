@@ -605,10 +605,12 @@ static cl_mem random_buffer(test_env *env, size_t elems, fcl_dtype t) {
 #define BENCH_RUNS 10     /* the forward */
 #define BENCH_REF_RUNS 5  /* the reference path, several times slower on large shapes */
 
-/* Median of `runs` timed calls after one warm-up: device time from the event (forward: one kernel), or
-   host wall time around enqueue and clFinish (the reference path: several kernels). */
+/* Median of `runs` timed calls after one warm-up: device time from the event when *use_events (the forward:
+   one kernel), else host wall time around enqueue and clFinish (the reference path: several kernels). A
+   profiling clock that cannot time the call clears *use_events and the runs start over on the wall clock:
+   no figure comes from that clock. */
 static int time_op(test_env *env, fwd_fn fn, const fcl_attention_desc *d, cl_mem q, cl_mem k, cl_mem v, cl_mem o,
-                   int use_events, int runs, double *median_s, char *err, size_t err_size) {
+                   int *use_events, int runs, double *median_s, char *err, size_t err_size) {
   double t[BENCH_RUNS];
   if (runs > BENCH_RUNS) runs = BENCH_RUNS;
   for (int i = -1; i < runs; ++i) {
@@ -621,10 +623,10 @@ static int time_op(test_env *env, fwd_fn fn, const fcl_attention_desc *d, cl_mem
       return st == FCL_ERROR_UNSUPPORTED ? 2 : 1;
     }
     cl_int e = clWaitForEvents(1, &ev);
-    clFinish(env->queue);
+    if (e == CL_SUCCESS) e = clFinish(env->queue);
     const double t1 = wall_s();
     cl_ulong start = 0, end = 0;
-    if (e == CL_SUCCESS && use_events) {
+    if (e == CL_SUCCESS && *use_events) {
       e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
       if (e == CL_SUCCESS) e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
     }
@@ -633,40 +635,69 @@ static int time_op(test_env *env, fwd_fn fn, const fcl_attention_desc *d, cl_mem
       snprintf(err, err_size, "event: %s (%d)", fcl_cl_error_name(e), (int)e);
       return 1;
     }
-    if (i >= 0) t[i] = use_events ? 1e-9 * (double)(end - start) : t1 - t0;
+    /* Zero, not advancing, or under a thousandth of the wall time (rusticl on llvmpipe counts 1 ns a command). */
+    if (*use_events && (start == 0 || end <= start || (double)(end - start) * 1e-9 * 1000.0 < t1 - t0)) {
+      *use_events = 0;
+      i = -1;
+      continue;
+    }
+    if (i >= 0) t[i] = *use_events ? 1e-9 * (double)(end - start) : t1 - t0;
   }
   qsort(t, (size_t)runs, sizeof t[0], cmp_double);
   *median_s = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
   return 0;
 }
 
+static void release_all(cl_mem *m, int n) {
+  for (int i = 0; i < n; ++i)
+    if (m[i]) clReleaseMemObject(m[i]), m[i] = NULL;
+}
+
 static void bench(test_env *env, int is_gpu, int *first_json) {
-  const int64_t b = is_gpu ? 4 : 1, h = is_gpu ? 16 : 8, n = is_gpu ? 4096 : 1024, hd = is_gpu ? 128 : 64;
+  const int64_t b = is_gpu ? 4 : 1, h = is_gpu ? 16 : 8, hd = is_gpu ? 128 : 64;
+  int64_t n = is_gpu ? 4096 : 1024;
   const fcl_dtype t = is_gpu ? FCL_DTYPE_F16 : FCL_DTYPE_F32;
+  fcl_device_quirks quirks;
+  const int budget_known = fcl_context_device_quirks(env->fcl, &quirks) == FCL_SUCCESS;
+  const int budget = budget_known && quirks.loop_budget;
   fcl_attention_desc d;
-  plan_desc(&d, b, h, n, hd, t);
-  const size_t elems = (size_t)(b * h * n * hd);
-  const double flops = 4.0 * (double)b * (double)h * (double)n * (double)n * (double)hd;
-  cl_mem q = random_buffer(env, elems, t), k = random_buffer(env, elems, t), v = random_buffer(env, elems, t);
-  cl_int e;
-  cl_mem o = clCreateBuffer(env->context, CL_MEM_READ_WRITE, elems * dtype_size(t), NULL, &e);
-  char shape[128];
-  snprintf(shape, sizeof shape, "B=%lld H=%lld N=%lld d=%lld %s, not causal", (long long)b, (long long)h,
-           (long long)n, (long long)hd, dtype_name(t));
-  double fwd_s = 0, ref_s = 0;
-  char fwd_err[2048] = "", ref_err[2048] = "";
-  int fr = 1, rr = 1;
-  if (!q || !k || !v || e != CL_SUCCESS) {
-    snprintf(fwd_err, sizeof fwd_err, "could not allocate the bench buffers");
-  } else {
-    fr = time_op(env, fcl_attention_forward, &d, q, k, v, o, 1, BENCH_RUNS, &fwd_s, fwd_err, sizeof fwd_err);
-    rr = time_op(env, fcl_attention_reference, &d, q, k, v, o, 0, BENCH_REF_RUNS, &ref_s, ref_err, sizeof ref_err);
+  double fwd_s = 0, ref_s = 0, flops = 0;
+  char fwd_err[2048] = "", ref_err[2048] = "", shape[192];
+  int fr = 1, rr = 1, ref_events = 0, reduced = 0;
+  int fwd_events = !(budget_known && quirks.profiling_clock_unusable == 1); /* checked again per run */
+  cl_mem m[4] = {NULL, NULL, NULL, NULL};
+  /* A device with a loop budget refuses long key ranges: halve N until the forward runs, and say so. */
+  for (;;) {
+    plan_desc(&d, b, h, n, hd, t);
+    const size_t elems = (size_t)(b * h * n * hd);
+    flops = 4.0 * (double)b * (double)h * (double)n * (double)n * (double)hd;
+    cl_int e;
+    for (int i = 0; i < 3; ++i) m[i] = random_buffer(env, elems, t);
+    m[3] = clCreateBuffer(env->context, CL_MEM_READ_WRITE, elems * dtype_size(t), NULL, &e);
+    if (e != CL_SUCCESS) m[3] = NULL;
+    if (!m[0] || !m[1] || !m[2] || !m[3]) {
+      snprintf(fwd_err, sizeof fwd_err, "could not allocate the bench buffers");
+      break;
+    }
+    fr = time_op(env, fcl_attention_forward, &d, m[0], m[1], m[2], m[3], &fwd_events, BENCH_RUNS, &fwd_s, fwd_err,
+                 sizeof fwd_err);
+    if (fr != 2 || !budget || n <= 64) break;
+    release_all(m, 4);
+    n /= 2;
+    reduced = 1;
   }
+  snprintf(shape, sizeof shape, "B=%lld H=%lld N=%lld d=%lld %s, not causal%s", (long long)b, (long long)h,
+           (long long)n, (long long)hd, dtype_name(t), reduced ? " (N halved to fit the device's loop budget)" : "");
+  if (m[3])
+    rr = time_op(env, fcl_attention_reference, &d, m[0], m[1], m[2], m[3], &ref_events, BENCH_REF_RUNS, &ref_s, ref_err,
+                 sizeof ref_err);
   if (json) {
     printf("%s\n  \"bench\": {\"shape\": ", *first_json ? "" : ",");
     json_string(stdout, shape);
     printf(", \"flop\": %.0f, \"forward_runs\": %d, \"reference_runs\": %d, ", flops, BENCH_RUNS, BENCH_REF_RUNS);
-    if (fr == 0) printf("\"forward_s\": %.6e, \"forward_tflops\": %.4g", fwd_s, flops / fwd_s * 1e-12);
+    if (fr == 0)
+      printf("\"forward_s\": %.6e, \"forward_tflops\": %.4g, \"forward_timer\": \"%s\"", fwd_s, flops / fwd_s * 1e-12,
+             fwd_events ? "events" : "wall");
     else {
       printf("\"forward_error\": ");
       json_string(stdout, fwd_err);
@@ -681,8 +712,11 @@ static void bench(test_env *env, int is_gpu, int *first_json) {
     printf("\nBench: %s; %.3g FLOP per call (4*B*H*N*N*d); median of %d (forward) and %d (reference) after a "
            "warm-up\n",
            shape, flops, BENCH_RUNS, BENCH_REF_RUNS);
-    if (fr == 0)
+    if (fr == 0 && fwd_events)
       printf("  forward   (flash, event time)       %9.3f ms  %8.3g TFLOP/s\n", fwd_s * 1e3, flops / fwd_s * 1e-12);
+    else if (fr == 0)
+      printf("  forward   (flash, wall time)        %9.3f ms  %8.3g TFLOP/s  (the profiling clock is unusable here)\n",
+             fwd_s * 1e3, flops / fwd_s * 1e-12);
     else
       printf("  forward   %s\n", fwd_err);
     if (rr == 0)
@@ -692,29 +726,36 @@ static void bench(test_env *env, int is_gpu, int *first_json) {
     if (fr == 0 && rr == 0) printf("  forward is %.2fx the reference's speed\n", ref_s / fwd_s);
   }
   *first_json = 0;
-  if (q) clReleaseMemObject(q);
-  if (k) clReleaseMemObject(k);
-  if (v) clReleaseMemObject(v);
-  if (o) clReleaseMemObject(o);
+  release_all(m, 4);
 }
 
 /* ---- tune ---- */
 
 /* fcl_tune_forward at a representative shape per head_dim 64 and 128 (f32): the winner, best vs default. */
 static void tune(test_env *env, int is_gpu, int *first_json) {
-  const int64_t b = is_gpu ? 4 : 1, h = is_gpu ? 16 : 4, n = is_gpu ? 4096 : 1024;
+  const int64_t b = is_gpu ? 4 : 1, h = is_gpu ? 16 : 4, n_first = is_gpu ? 4096 : 1024;
+  fcl_device_quirks quirks;
+  const int budget = fcl_context_device_quirks(env->fcl, &quirks) == FCL_SUCCESS && quirks.loop_budget;
   static const int64_t tune_dims[] = {64, 128};
   if (json) printf("%s\n  \"tune\": [", *first_json ? "" : ",");
   else
     printf("\nTune (fcl_tune_forward, portable forward kernel; B=%lld H=%lld N=%lld f32, not causal; median of 5 "
-           "after a warm-up, device time):\n",
-           (long long)b, (long long)h, (long long)n);
+           "after a warm-up, device time%s):\n",
+           (long long)b, (long long)h, (long long)n_first,
+           budget ? "; N halved where the device's loop budget refuses it" : "");
   for (size_t i = 0; i < sizeof tune_dims / sizeof tune_dims[0]; ++i) {
     fcl_attention_desc d;
-    plan_desc(&d, b, h, n, tune_dims[i], FCL_DTYPE_F32);
     fcl_tune_result r;
     const double t0 = wall_s();
-    fcl_status st = fcl_tune_forward(env->fcl, env->queue, &d, &r);
+    /* A device with a loop budget refuses long key ranges: halve N until the default shape runs. */
+    int64_t n = n_first;
+    fcl_status st;
+    for (;;) {
+      plan_desc(&d, b, h, n, tune_dims[i], FCL_DTYPE_F32);
+      st = fcl_tune_forward(env->fcl, env->queue, &d, &r);
+      if (st != FCL_ERROR_UNSUPPORTED || !budget || n <= 64) break;
+      n /= 2;
+    }
     const double took = wall_s() - t0;
     if (json) {
       printf("%s\n    {\"head_dim\": %lld, \"dtype\": \"f32\", \"batch\": %lld, \"heads\": %lld, \"seqlen\": %lld, ",
@@ -724,17 +765,18 @@ static void tune(test_env *env, int is_gpu, int *first_json) {
         json_string(stdout, r.shape);
         printf(", \"best_ms\": %.4g, \"default_shape\": ", r.best_ms);
         json_string(stdout, r.default_shape);
-        printf(", \"default_ms\": %.4g, \"recorded\": %s, \"saved\": %s, \"seconds\": %.1f}", r.default_ms,
-               r.recorded ? "true" : "false", r.saved ? "true" : "false", took);
+        printf(", \"default_ms\": %.4g, \"timer\": \"%s\", \"recorded\": %s, \"saved\": %s, \"seconds\": %.1f}",
+               r.default_ms, r.wall_clock ? "wall" : "events", r.recorded ? "true" : "false",
+               r.saved ? "true" : "false", took);
       } else {
         printf("\"status\": \"%s\", \"error\": ", fcl_status_string(st));
         json_string(stdout, fcl_last_error());
         printf("}");
       }
     } else if (st == FCL_SUCCESS) {
-      printf("  d=%-4lld %d shapes timed in %.1f s: best %s %.3f ms, default %s %.3f ms (%.2fx); %s\n",
-             (long long)tune_dims[i], r.candidates, took, r.shape, r.best_ms, r.default_shape, r.default_ms,
-             r.default_ms / r.best_ms,
+      printf("  d=%-4lld N=%-5lld %d shapes timed in %.1f s: best %s %.3f ms, default %s %.3f ms (%.2fx%s); %s\n",
+             (long long)tune_dims[i], (long long)n, r.candidates, took, r.shape, r.best_ms, r.default_shape, r.default_ms,
+             r.default_ms / r.best_ms, r.wall_clock ? ", wall clock: the profiling clock is unusable" : "",
              r.recorded ? (r.saved ? "recorded, saved in the cache directory" : "recorded for this run (no disk cache)")
                         : "the default stays");
     } else {
@@ -864,6 +906,26 @@ int main(int argc, char **argv) {
         else
           add_error(&r, "forward_variant_d128_f16", "forward kernel (d=128 f16)", "%s: %s", fcl_status_string(st),
                     e == CL_SUCCESS ? fcl_last_error() : "clCreateContext failed");
+        /* Measured driver quirks (once per device, driver and library version; kept in the cache directory). */
+        fcl_device_quirks quirks;
+        if (fc && fcl_context_device_quirks(fc, &quirks) == FCL_SUCCESS) {
+          static const char *const sources[] = {"unknown", "measured", "cached", "forced"};
+          char human[400];
+          if (quirks.loop_budget)
+            snprintf(human, sizeof human, "%llu iterations per work-item and launch, all loops (%.100s)",
+                     (unsigned long long)quirks.loop_budget, quirks.detail);
+          else
+            snprintf(human, sizeof human, "none found (%.150s)", quirks.detail);
+          add_number(&r, "loop_budget", "loop budget", (unsigned long long)quirks.loop_budget, human);
+          add_string(&r, "loop_budget_source", "loop budget source", "%s",
+                     sources[(unsigned)quirks.source < 4 ? quirks.source : 0]);
+          if (quirks.profiling_clock_unusable < 0)
+            add_string(&r, "profiling_clock", "profiling clock", "not measured");
+          else
+            add_string(&r, "profiling_clock", "profiling clock", "%s",
+                       quirks.profiling_clock_unusable ? "unusable (zero, or far behind the host's clock): timings use the wall clock"
+                                                   : "works");
+        }
         fcl_context_release(fc);
         if (c) clReleaseContext(c);
         if (json) {

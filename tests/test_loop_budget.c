@@ -1,0 +1,309 @@
+/* The device's loop budget (src/loop_budget.c, src/loop_bounds.c): the probe kernel, its record in the cache
+ * directory, the bounds' arithmetic, refusals under a forced budget, and, on a device that has a budget
+ * (llvmpipe under rusticl), that the largest key range the bounds admit is computed right, so the bounds
+ * are conservative on the real driver. Scratch directories under FLASHCL_BUDGET_TEST_DIR in the build tree.
+ * Usage: test_loop_budget */
+#include "backward_check.h"
+#include "forward_check.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef FLASHCL_BUDGET_TEST_DIR
+#error "FLASHCL_BUDGET_TEST_DIR must name a scratch directory in the build tree"
+#endif
+
+static const char *source_name(int s) {
+  return s == FCL_QUIRK_MEASURED ? "measured" : s == FCL_QUIRK_CACHED ? "cached" : s == FCL_QUIRK_FORCED ? "forced"
+                                                                                                        : "unknown";
+}
+
+/* ---- the bounds, without a device ---- */
+
+static void check_max_tiles(const char *what, const fcl_tile_plan *p, int which, int64_t group, uint64_t budget) {
+  const int fwd = which < 0;
+  const int64_t m = fwd ? fcl_forward_max_key_tiles(p, budget) : fcl_backward_max_tiles(p, which, group, budget);
+#define ITER(n) (fwd ? fcl_forward_loop_iterations(p, (n)) : fcl_backward_loop_iterations(p, which, group, (n)))
+  if (budget == 0) {
+    check(m == 0, "%s: no budget, no limit (%lld)", what, (long long)m);
+  } else if (m < 0) {
+    check(m == -1 && ITER(1) > budget, "%s, budget %llu: not one tile fits (one needs %llu)", what,
+          (unsigned long long)budget, (unsigned long long)ITER(1));
+  } else {
+    check(m >= 1 && ITER(m) <= budget && ITER(m + 1) > budget,
+          "%s, budget %llu: %lld tiles fit (%llu iterations), one more does not (%llu)", what,
+          (unsigned long long)budget, (long long)m, (unsigned long long)ITER(m), (unsigned long long)ITER(m + 1));
+  }
+#undef ITER
+}
+
+static void test_bounds(void) {
+  fcl_device_caps gpu, cpu;
+  memset(&gpu, 0, sizeof gpu);
+  gpu.is_gpu = 1, gpu.local_mem_size = 32768, gpu.max_work_group_size = 1024, gpu.preferred_multiple = 32;
+  cpu = gpu;
+  cpu.is_gpu = 0, cpu.is_cpu = 1, cpu.local_mem_size = 4 << 20, cpu.max_work_group_size = 4096,
+  cpu.preferred_multiple = 8;
+  static const int dims[] = {16, 64, 128, 256};
+  static const uint64_t budgets[] = {0, 2000, 65535, 1u << 20};
+  for (int c = 0; c < 2; ++c)
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+      const fcl_device_caps *caps = c ? &cpu : &gpu;
+      fcl_tile_plan f, kv, dq;
+      if (fcl_plan_forward(caps, dims[i], FCL_DTYPE_F32, 0, &f) || fcl_plan_backward(caps, FCL_BWD_DKDV, dims[i], FCL_DTYPE_F32, 0, &kv) ||
+          fcl_plan_backward(caps, FCL_BWD_DQ, dims[i], FCL_DTYPE_F32, 0, &dq)) {
+        check(0, "%s d=%d: no plan", c ? "cpu" : "gpu", dims[i]);
+        continue;
+      }
+      for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; ++b) {
+        char what[96];
+        snprintf(what, sizeof what, "%s d=%d forward (%dx%d tiles)", c ? "cpu" : "gpu", dims[i], f.br, f.bc);
+        check_max_tiles(what, &f, -1, 1, budgets[b]);
+        snprintf(what, sizeof what, "%s d=%d dK/dV, group 4", c ? "cpu" : "gpu", dims[i]);
+        check_max_tiles(what, &kv, FCL_BWD_DKDV, 4, budgets[b]);
+        snprintf(what, sizeof what, "%s d=%d dQ", c ? "cpu" : "gpu", dims[i]);
+        check_max_tiles(what, &dq, FCL_BWD_DQ, 1, budgets[b]);
+      }
+      /* Every pass of the key loop costs at least its own loads and the P.V product. */
+      check(fcl_forward_loop_iterations(&f, 2) - fcl_forward_loop_iterations(&f, 1) >=
+                (uint64_t)(f.bc / 4) * (uint64_t)f.rm * (uint64_t)f.dn,
+            "%s d=%d: a key tile counts at least its P.V loop", c ? "cpu" : "gpu", dims[i]);
+    }
+  /* The softmax: two passes over a row's share and a log2(wg) reduction. */
+  check(fcl_softmax_loop_iterations(1000, 256) == 4 + 8 + 4, "softmax over 1000 keys, 256 work-items: 16 iterations");
+}
+
+/* ---- the probe and its record ---- */
+
+static fcl_context *context_in(test_env *env, const char *dir) {
+  fcl_context_options o = {dir, NULL, 0};
+  fcl_context *ctx = NULL;
+  if (fcl_context_create(env->context, env->device, &o, &ctx) != FCL_SUCCESS) {
+    check(0, "fcl_context_create: %s", fcl_last_error());
+    return NULL;
+  }
+  return ctx;
+}
+
+static int spit(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  const int ok = fputs(text, f) >= 0;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static void test_record(test_env *env, const char *base) {
+  unsetenv("FLASHCL_LOOP_BUDGET");
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/record", base);
+  mkdir(dir, 0755);
+  fcl_context *a = context_in(env, dir);
+  if (!a) return;
+  char *path = fcl_loop_budget_file_path(&a->caps, dir);
+  struct stat st;
+  check(a->caps.loop_budget_source == FCL_QUIRK_MEASURED && path && stat(path, &st) == 0,
+        "a fresh cache directory: %s (%s), recorded in %s", source_name(a->caps.loop_budget_source),
+        a->caps.quirk_detail, path ? path : "(no path)");
+  printf("     loop budget %llu (0: none below 2^20), profiling clock %s\n", a->caps.loop_budget,
+         a->caps.profiling_clock_unusable ? "reads zero" : "works");
+  fcl_context *b = context_in(env, dir);
+  if (b) {
+    check(b->caps.loop_budget_source == FCL_QUIRK_CACHED && b->caps.loop_budget == a->caps.loop_budget &&
+              b->caps.profiling_clock_unusable == a->caps.profiling_clock_unusable,
+          "a second context reads the record (%s, budget %llu)", source_name(b->caps.loop_budget_source),
+          b->caps.loop_budget);
+    fcl_device_quirks q;
+    check(fcl_context_device_quirks(b, &q) == FCL_SUCCESS && q.loop_budget == b->caps.loop_budget &&
+              q.source == FCL_QUIRK_CACHED && q.profiling_clock_unusable == b->caps.profiling_clock_unusable && q.detail[0],
+          "fcl_context_device_quirks reports it: %s", q.detail);
+    fcl_context_release(b);
+  }
+  /* A damaged record is a miss: measured again and rewritten. */
+  if (path && spit(path, "not a record") == 0) {
+    fcl_context *c = context_in(env, dir);
+    fcl_context *d = c ? context_in(env, dir) : NULL;
+    check(c && d && c->caps.loop_budget_source == FCL_QUIRK_MEASURED && c->caps.loop_budget == a->caps.loop_budget &&
+              d->caps.loop_budget_source == FCL_QUIRK_CACHED,
+          "a damaged record: measured again (%s), rewritten (then %s)", c ? source_name(c->caps.loop_budget_source) : "-",
+          d ? source_name(d->caps.loop_budget_source) : "-");
+    fcl_context_release(c);
+    fcl_context_release(d);
+  }
+  fcl_context *none = context_in(env, "");
+  if (none) {
+    check(none->caps.loop_budget_source == FCL_QUIRK_MEASURED && none->caps.loop_budget == a->caps.loop_budget,
+          "without a disk cache: measured per context, the same budget (%llu)", none->caps.loop_budget);
+    fcl_context_release(none);
+  }
+  /* The probe itself: exact below any budget; at most the budget above it. */
+  int count = -1, clock = -1;
+  fcl_status s = fcl_run_loop_probe(env->context, env->device, 1000, &count, &clock);
+  check(s == FCL_SUCCESS && count == 1000, "the probe counts a loop of 1000 exactly (%d)", count);
+  if (a->caps.loop_budget) {
+    const int n = (int)a->caps.loop_budget + 5000;
+    s = fcl_run_loop_probe(env->context, env->device, n, &count, &clock);
+    check(s == FCL_SUCCESS && count <= (int)a->caps.loop_budget,
+          "a loop of %d stops within the budget of %llu (%d): the quirk is still there", n, a->caps.loop_budget, count);
+  }
+  check(fcl_context_device_quirks(NULL, NULL) == FCL_ERROR_INVALID_ARGUMENT &&
+            fcl_context_device_quirks(a, NULL) == FCL_ERROR_INVALID_ARGUMENT,
+        "fcl_context_device_quirks: NULL arguments are invalid");
+  free(path);
+  fcl_context_release(a);
+}
+
+/* ---- refusals under a forced budget, and the largest admitted range on the device ---- */
+
+static fcl_status forward_status(test_env *env, fcl_context *ctx, long long nq, long long nk, long long d) {
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = 1, desc.num_heads = 1, desc.seqlen_q = nq, desc.seqlen_k = nk, desc.head_dim = d;
+  desc.dtype = FCL_DTYPE_F32;
+  cl_mem q = create_float_buffer(env, (size_t)(nq * d), 0.5f), k = create_float_buffer(env, (size_t)(nk * d), 0.5f);
+  cl_mem v = create_float_buffer(env, (size_t)(nk * d), 0.5f), o = create_float_buffer(env, (size_t)(nq * d), NAN);
+  cl_event ev = NULL;
+  fcl_status st = q && k && v && o ? fcl_attention_forward(ctx, env->queue, &desc, q, k, v, o, NULL, 0, NULL, &ev)
+                                   : FCL_ERROR_OUT_OF_RESOURCES;
+  if (ev) {
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+  }
+  cl_mem all[4] = {q, k, v, o};
+  for (int i = 0; i < 4; ++i)
+    if (all[i]) clReleaseMemObject(all[i]);
+  return st;
+}
+
+static void test_forced(test_env *env) {
+  setenv("FLASHCL_LOOP_BUDGET", "65535", 1);
+  fcl_context *ctx = context_in(env, "");
+  if (!ctx) return;
+  check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 65535,
+        "FLASHCL_LOOP_BUDGET=65535 forces the budget (%s, %llu)", source_name(ctx->caps.loop_budget_source),
+        ctx->caps.loop_budget);
+  fcl_status st = forward_status(env, ctx, 64, 10000, 64);
+  check(st == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "loop iterations per work-item"),
+        "forward Nk=10000 past the budget: %s: %s", fcl_status_string(st), fcl_last_error());
+  fcl_context *saved = env->fcl;
+  env->fcl = ctx;
+  const bwd_case long_bwd = {1, 1, 0, 16, 10000, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0};
+  /* run_backward_case reports the refusal as a skip; count it here as the expected outcome. */
+  const int skipped = test_skipped;
+  const int r = run_backward_case(env, env->queue, &long_bwd, 0, "backward Nk=10000 past the budget");
+  check(r == 2 && test_skipped == skipped + 1, "the backward past the budget is refused (result %d)", r);
+  const fwd_case fits = {1, 2, 0, 100, 30, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1}; /* one key tile */
+  check(run_forward_case(env, env->queue, &fits, fcl_attention_forward, "forward within the budget") == 0,
+        "a problem within the budget runs and is right");
+  env->fcl = saved;
+  fcl_context_release(ctx);
+
+  /* fcl_attention_merge of 400 parts: 400 passes of each of its loops per work-item, past a budget of 300. */
+  setenv("FLASHCL_LOOP_BUDGET", "300", 1);
+  ctx = context_in(env, "");
+  if (ctx) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = desc.num_heads = desc.seqlen_q = desc.seqlen_k = 1, desc.head_dim = 4, desc.dtype = FCL_DTYPE_F32;
+    cl_mem parts = create_float_buffer(env, 400 * 4, 0.5f), lses = create_float_buffer(env, 400, 0.0f);
+    cl_mem out = create_float_buffer(env, 4, NAN);
+    cl_event ev = NULL;
+    st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 400, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                              : FCL_ERROR_OUT_OF_RESOURCES;
+    check(st == FCL_ERROR_UNSUPPORTED && !ev && strstr(fcl_last_error(), "loop iterations per work-item"),
+          "merge of 400 parts past a budget of 300: %s: %s", fcl_status_string(st), fcl_last_error());
+    st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 40, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                              : FCL_ERROR_OUT_OF_RESOURCES;
+    if (ev) clWaitForEvents(1, &ev), clReleaseEvent(ev);
+    float got[4] = {0, 0, 0, 0};
+    const int read = st == FCL_SUCCESS && read_floats(env, out, got, 4) == 0;
+    check(read && fabsf(got[0] - 0.5f) < 1e-6f && fabsf(got[3] - 0.5f) < 1e-6f,
+          "merge of 40 equal parts within it: %s, O = %g (0.5 expected)", fcl_status_string(st), (double)got[0]);
+    cl_mem all[3] = {parts, lses, out};
+    for (int i = 0; i < 3; ++i)
+      if (all[i]) clReleaseMemObject(all[i]);
+    fcl_context_release(ctx);
+  }
+
+  setenv("FLASHCL_LOOP_BUDGET", "0", 1);
+  ctx = context_in(env, "");
+  if (ctx) {
+    check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 0,
+          "FLASHCL_LOOP_BUDGET=0 forces no limit");
+    fcl_context_release(ctx);
+  }
+  setenv("FLASHCL_LOOP_BUDGET", "lots", 1);
+  ctx = context_in(env, "");
+  if (ctx) {
+    check(ctx->caps.loop_budget_source != FCL_QUIRK_FORCED, "FLASHCL_LOOP_BUDGET=lots is ignored (%s)",
+          source_name(ctx->caps.loop_budget_source));
+    fcl_context_release(ctx);
+  }
+  unsetenv("FLASHCL_LOOP_BUDGET");
+}
+
+/* On a device with a budget: the longest key range the bounds admit is right, one tile more is refused. */
+static void test_edge(test_env *env) {
+  const unsigned long long budget = env->fcl->caps.loop_budget;
+  if (!budget) {
+    skip("largest admitted key range: %s has no loop budget (%s)", env->device_name, env->fcl->caps.quirk_detail);
+    return;
+  }
+  static const long long dims[] = {64, 128};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.num_heads = 2, desc.seqlen_q = 40, desc.seqlen_k = 40, desc.head_dim = dims[i];
+    fcl_plan_info info;
+    if (fcl_describe_plan(env->fcl, FCL_OP_FORWARD, &desc, &info) != FCL_SUCCESS) {
+      check(0, "d=%lld: no plan: %s", dims[i], fcl_last_error());
+      continue;
+    }
+    fcl_problem p;
+    fcl_tile_plan plan;
+    cl_kernel kernel;
+    pthread_mutex_lock(&env->fcl->lock);
+    fcl_status st = fcl_resolve_problem(&desc, &p);
+    if (!st) st = fcl_select_forward(env->fcl, &p, &plan, &kernel);
+    pthread_mutex_unlock(&env->fcl->lock);
+    const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, budget);
+    if (tiles < 1) {
+      skip("d=%lld: not one key tile fits the budget of %llu", dims[i], budget);
+      continue;
+    }
+    const fwd_case edge = {1, 2, 0, 40, tiles * plan.bc, dims[i], FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1};
+    check(run_forward_case(env, env->queue, &edge, fcl_attention_forward, "forward at the budget's edge") == 0,
+          "d=%lld: %lld key tiles of %d, the most the budget of %llu admits, are computed right", dims[i],
+          (long long)tiles, plan.bc, budget);
+    st = forward_status(env, env->fcl, 40, (tiles + 1) * plan.bc, dims[i]);
+    check(st == FCL_ERROR_UNSUPPORTED, "d=%lld: one key tile more is refused: %s", dims[i], fcl_status_string(st));
+  }
+}
+
+int main(void) {
+  test_seed();
+  test_bounds();
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+  char base[4096];
+  mkdir(FLASHCL_BUDGET_TEST_DIR, 0755);
+  snprintf(base, sizeof base, "%s/run.%ld", FLASHCL_BUDGET_TEST_DIR, (long)getpid());
+  if (mkdir(base, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "cannot create %s\n", base);
+    return 1;
+  }
+  const char *forced = getenv("FLASHCL_LOOP_BUDGET");
+  if (forced) {
+    skip("the probe and its record: FLASHCL_LOOP_BUDGET=%s is set for the whole run", forced);
+  } else {
+    test_record(&env, base);
+  }
+  test_edge(&env);
+  test_forced(&env);
+  test_close(&env);
+  return test_summary("test_loop_budget");
+}
