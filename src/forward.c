@@ -145,6 +145,9 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
   plan->splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, plan);
+  /* A device with a loop budget (docs/testing.md) gets enough chunks that no launch exceeds it. */
+  const int budget_splits = fcl_forward_budget_splits(&ctx->caps, p, plan);
+  if (plan->splits < budget_splits) plan->splits = budget_splits;
   return plan->splits > 1 ? split_kernel(ctx, p, mods, plan, kernel) : FCL_SUCCESS;
 }
 

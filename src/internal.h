@@ -480,6 +480,9 @@ int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, uint64_t budget);
 int64_t fcl_backward_max_tiles(const fcl_tile_plan *p, int which, int64_t group, uint64_t budget);
 /* FCL_SUCCESS when every launch of the operation stays inside caps->loop_budget; else FCL_ERROR_UNSUPPORTED with
    a message naming the quirk and the numbers. */
+/* The fewest split-KV chunks that keep each launch of the portable forward with plan inside the loop budget
+   (1 without a budget; at most FCL_MAX_SPLITS, which fcl_forward_within_budget may still refuse). */
+int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan);
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan);
 fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],
                                       size_t dsinks_wg /* 0: no d_sinks launch */);

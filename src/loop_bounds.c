@@ -137,6 +137,15 @@ static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const 
                   (long long)(fit > 0 ? fit * rows_per_tile : 0), what);
 }
 
+int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
+  if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return 1;
+  const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
+  const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
+  if (fit <= 0) return 1; /* not even one tile: fcl_forward_within_budget refuses */
+  const int64_t need = (tiles + fit - 1) / fit;
+  return need > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : need < 1 ? 1 : (int)need;
+}
+
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
   /* The bounds describe the portable kernel; vendor kernels run on drivers without a budget. */
   if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return FCL_SUCCESS;
