@@ -243,28 +243,3 @@ fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue, cons
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
-
-fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out) {
-  memset(out, 0, sizeof *out);
-  pthread_mutex_lock(&ctx->lock);
-  fcl_tile_plan plans[2];
-  cl_kernel kernels[4];
-  size_t dsinks_wg = 0;
-  fcl_status st = fcl_select_backward(ctx, p, plans, kernels, &dsinks_wg);
-  pthread_mutex_unlock(&ctx->lock);
-  if (st) return st;
-  const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
-  snprintf(out->kernel, sizeof out->kernel, "portable");
-  snprintf(out->reason, sizeof out->reason,
-           "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
-           "per step, %dx%d work-items, %zu B; within %llu B of local memory",
-           kv->bc, kv->br, kv->tr, kv->tc, kv->local_bytes, qp->br, qp->bc, qp->tr, qp->tc, qp->local_bytes,
-           (unsigned long long)ctx->caps.local_mem_size);
-  out->block_q = qp->br;
-  out->block_k = kv->bc;
-  out->work_group_size = kv->wg > qp->wg ? kv->wg : qp->wg;
-  out->local_mem_bytes = kv->local_bytes > qp->local_bytes ? kv->local_bytes : qp->local_bytes;
-  out->work_groups = (size_t)((p->nk + kv->bc - 1) / kv->bc) * (size_t)p->kv_heads * (size_t)p->batch +
-                     (size_t)((p->nq + qp->br - 1) / qp->br) * (size_t)p->heads * (size_t)p->batch;
-  return FCL_SUCCESS;
-}

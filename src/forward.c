@@ -7,44 +7,6 @@
 
 static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
 
-fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
-                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
-                                cl_uint num_wait, const cl_event *wait, fcl_problem *p) {
-  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-  fcl_status st;
-  size_t rows = 0;
-  if ((st = fcl_resolve_problem(desc, p)) || (st = fcl_check_queue(ctx, queue)) ||
-      (st = fcl_check_tensor(ctx, q, "q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
-      (st = fcl_check_tensor(ctx, k, "k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
-      (st = fcl_check_tensor(ctx, v, "v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
-      (st = fcl_check_tensor(ctx, o, "o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
-      (st = fcl_check_no_overlap("o", p, p->heads, p->nq, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
-      (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) ||
-      (workspace && (st = fcl_check_float_buffer(ctx, workspace, "workspace", 0))) ||
-      (st = fcl_check_wait_list(ctx, num_wait, wait)))
-    return st;
-  size_t ws_size = 0;
-  if (workspace) FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof ws_size, &ws_size, NULL));
-  /* The outputs must not share memory with an input or each other. */
-  uint64_t r[4][2], m[3][2];
-  if ((st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
-      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
-      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
-      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
-    return st;
-  fcl_modifier_bytes(p, m[0], m[1], m[2]);
-  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
-                                 {k, r[1][0], r[1][1], 0, "k"},
-                                 {v, r[2][0], r[2][1], 0, "v"},
-                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
-                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
-                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
-                                 {o, r[3][0], r[3][1], 1, "o"},
-                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"},
-                                 {workspace, 0, ws_size, 1, "workspace"}};
-  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
-}
-
 static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
   snprintf(out, size,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s",
@@ -159,32 +121,6 @@ static size_t split_bytes(const fcl_problem *p, int splits) {
   return bytes > (double)(SIZE_MAX / 2) ? 0 : (size_t)bytes;
 }
 
-fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {
-  const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
-  const int64_t offsets[4] = {p->q_offset, p->k_offset, p->v_offset, p->o_offset};
-  for (int i = 0; i < 4; ++i) {
-    const cl_long vals[4] = {offsets[i], strides[i][0], strides[i][1], strides[i][2]};
-    for (int j = 0; j < 4; ++j) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &vals[j]));
-  }
-  const cl_int ints[4] = {(cl_int)p->heads, (cl_int)p->group, (cl_int)p->nq, (cl_int)p->nk};
-  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_int), &ints[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_float), &p->scale));
-  return fcl_set_modifier_args(kernel, a, p);
-}
-
-fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {
-  const cl_int window[2] = {(cl_int)p->wl, (cl_int)p->wr};
-  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_int), &window[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_float), &p->softcap));
-  const cl_long alibi[2] = {p->alibi_offset, p->alibi_sb};
-  const cl_long mask[4] = {p->mask_offset, p->mask_stride[0], p->mask_stride[1], p->mask_stride[2]};
-  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->alibi ? &p->alibi : NULL));
-  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &alibi[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->mask ? &p->mask : NULL));
-  for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &mask[i]));
-  FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->sinks ? &p->sinks : NULL));
-  return FCL_SUCCESS;
-}
 
 /* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows, times
    t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
@@ -320,37 +256,4 @@ fcl_status fcl_attention_forward_with_workspace(fcl_context *ctx, cl_command_que
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, workspace, num_wait, wait, &p);
   if (st) return st;
   return run_forward(ctx, queue, &p, q, k, v, o, lse, workspace, num_wait, wait, event);
-}
-
-fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_attention_desc *desc,
-                             fcl_plan_info *out) {
-  if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-  if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
-  if (op != FCL_OP_FORWARD && op != FCL_OP_BACKWARD)
-    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "op is %d; it must be FCL_OP_FORWARD or FCL_OP_BACKWARD", (int)op);
-  fcl_problem p;
-  fcl_status st = fcl_resolve_problem(desc, &p);
-  if (st) return st;
-  if (op == FCL_OP_BACKWARD) return fcl_describe_backward(ctx, &p, out);
-  memset(out, 0, sizeof *out);
-  pthread_mutex_lock(&ctx->lock);
-  fcl_tile_plan plan;
-  cl_kernel kernel;
-  st = fcl_select_forward(ctx, &p, &plan, &kernel);
-  pthread_mutex_unlock(&ctx->lock);
-  if (st) return st;
-  snprintf(out->kernel, sizeof out->kernel, "%s", plan.kernel == FCL_KERNEL_NVIDIA_MMA ? "nvidia_mma" : "portable");
-  snprintf(out->reason, sizeof out->reason, "%s", plan.reason);
-  out->block_q = plan.br;
-  out->block_k = plan.bc;
-  out->work_group_size = plan.wg;
-  out->local_mem_bytes = plan.local_bytes;
-  out->splits = plan.splits > 1 ? plan.splits : 1;
-  out->work_groups = (size_t)((p.nq + plan.br - 1) / plan.br) * (size_t)out->splits * (size_t)p.heads * (size_t)p.batch;
-  if (out->splits > 1) {
-    const size_t n = strlen(out->reason);
-    snprintf(out->reason + n, sizeof out->reason - n, "; keys split into %d chunks, merged by a combine kernel",
-             out->splits);
-  }
-  return FCL_SUCCESS;
 }

@@ -153,7 +153,7 @@ extern const fcl_embedded_source fcl_embedded_sources[];
 extern const int fcl_embedded_source_count;
 void fcl_release_programs(fcl_context *ctx);
 
-/* ---- tune.c: the opt-in autotune of the portable forward's shape (fcl_tune_forward) ---- */
+/* ---- tune_record.c and tune.c: tuned portable forward shapes, and the opt-in autotune that finds them ---- */
 
 /* One portable forward shape, as fcl_plan_forward_shape takes it. */
 typedef struct fcl_forward_shape {
@@ -175,6 +175,9 @@ int fcl_plan_forward_tuned(fcl_context *ctx, int head_dim, fcl_dtype dtype, size
    written. Takes ctx->lock. Used by fcl_tune_forward, and by tests to make a choice deterministic. */
 fcl_status fcl_tune_record(fcl_context *ctx, int head_dim, fcl_dtype dtype, const fcl_forward_shape *shape,
                            double best_ms, double default_ms, int *saved);
+/* tune_record.c: plan's shape as a record, and as "tr,tc,rm,rn,kt" (FLASHCL_FORWARD_SHAPE's syntax). */
+void fcl_forward_shape_of_plan(const fcl_tile_plan *t, fcl_forward_shape *s);
+void fcl_forward_shape_string(const fcl_tile_plan *t, char *out, size_t size);
 /* The tune file of (head_dim, dtype) in ctx's cache directory (malloc'd), or NULL without a disk cache. */
 char *fcl_tune_file_path(const fcl_context *ctx, int head_dim, fcl_dtype dtype);
 
@@ -389,7 +392,8 @@ typedef struct fcl_buffer_use {
    after each buffer has been checked (fcl_check_tensor, fcl_check_float_buffer). */
 fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 
-/* ---- forward.c: shared with the other operations and fcl_describe_plan ---- */
+/* ---- launch.c: validation of the forward's arguments and the kernel arguments every attention kernel
+   shares; forward.c: selection and enqueue of the forward (also used by fcl_describe_plan and the tuner) ---- */
 
 /* Validates the forward's arguments into *p: the descriptor, every buffer (workspace: optional, a
    caller's split-KV scratch, an output), the queue and the wait list. */
@@ -453,7 +457,7 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
    *dsinks_wg work-items per head (NULL and 0 without desc->d_sinks). Caller holds ctx->lock. */
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
                                size_t *dsinks_wg);
-/* fcl_describe_plan's answer for FCL_OP_BACKWARD: block_q the dQ kernel's query rows per work-group,
+/* describe.c: fcl_describe_plan's answer for FCL_OP_BACKWARD: block_q the dQ kernel's query rows per work-group,
    block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
    work_groups both launches together. Takes ctx->lock itself. */
 fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out);
