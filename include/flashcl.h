@@ -41,9 +41,9 @@ extern "C" {
 #endif
 
 #define FLASHCL_VERSION_MAJOR 0
-#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_MINOR 2
 #define FLASHCL_VERSION_PATCH 0
-#define FLASHCL_VERSION_STRING "0.1.0"
+#define FLASHCL_VERSION_STRING "0.2.0"
 
 /* The library's version as "major.minor.patch". */
 FCL_API const char *fcl_version(void);
