@@ -353,6 +353,15 @@ unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, c
 
 /* ---- the hooks used by program.c (the caller holds ctx->lock) ---- */
 
+/* Counts one kernel request's outcome (and where it was served from, when last >= 0). Builds run outside
+   ctx->lock, so the counters have their own. */
+static void note(fcl_context *ctx, uint64_t *counter, int last) {
+  pthread_mutex_lock(&ctx->stats_lock);
+  ++*counter;
+  if (last >= 0) ctx->cache_last = last;
+  pthread_mutex_unlock(&ctx->stats_lock);
+}
+
 cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, const char *name,
                           fcl_cache_key *key, cl_kernel *kernel) {
   fcl_cache_key_compute(&ctx->caps, source, options, key);
@@ -386,19 +395,14 @@ cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *opti
     }
   }
   free(data);
-  if (program) {
-    ++ctx->cache_disk_hits;
-    ctx->cache_last = FCL_CACHE_DISK;
-  } else if (present) {
-    ++ctx->cache_disk_rejected;
-  }
+  if (program) note(ctx, &ctx->cache_disk_hits, FCL_CACHE_DISK);
+  else if (present) note(ctx, &ctx->cache_disk_rejected, -1);
   return program;
 }
 
 void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *name, const char *options,
                      cl_program program) {
-  ++ctx->cache_source_builds;
-  ctx->cache_last = FCL_CACHE_SOURCE;
+  note(ctx, &ctx->cache_source_builds, FCL_CACHE_SOURCE);
   if (!ctx->cache_dir) return;
   cl_uint devices = 0;
   size_t size = 0;
@@ -406,7 +410,7 @@ void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *nam
       devices != 1 ||
       clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0 ||
       size > CACHE_MAX_FILE) {
-    ++ctx->cache_disk_write_failures;
+    note(ctx, &ctx->cache_disk_write_failures, -1);
     return;
   }
   unsigned char *binary = malloc(size);
@@ -414,16 +418,13 @@ void fcl_cache_store(fcl_context *ctx, const fcl_cache_key *key, const char *nam
   fcl_cache_device_tag(&ctx->caps, tag);
   if (binary && clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) == CL_SUCCESS &&
       fcl_cache_write_entry(ctx->cache_dir, key, tag, name, options, binary, size) == 0)
-    ++ctx->cache_disk_writes;
+    note(ctx, &ctx->cache_disk_writes, -1);
   else
-    ++ctx->cache_disk_write_failures;
+    note(ctx, &ctx->cache_disk_write_failures, -1);
   free(binary);
 }
 
-void fcl_cache_note_memory_hit(fcl_context *ctx) {
-  ++ctx->cache_memory_hits;
-  ctx->cache_last = FCL_CACHE_MEMORY;
-}
+void fcl_cache_note_memory_hit(fcl_context *ctx) { note(ctx, &ctx->cache_memory_hits, FCL_CACHE_MEMORY); }
 
 /* Counts the entries in dir whose header names this device (valid magic, version and device tag). */
 static void count_device_entries(const char *dir, const fcl_device_caps *caps, uint64_t *count, uint64_t *bytes) {
@@ -457,7 +458,7 @@ fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out) {
   if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
   if (!out) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
   memset(out, 0, sizeof *out);
-  pthread_mutex_lock(&ctx->lock);
+  pthread_mutex_lock(&ctx->stats_lock);
   out->cache_dir = ctx->cache_dir;
   out->memory_hits = ctx->cache_memory_hits;
   out->disk_hits = ctx->cache_disk_hits;
@@ -467,7 +468,7 @@ fcl_status fcl_context_cache_stats(fcl_context *ctx, fcl_cache_stats *out) {
   out->disk_write_failures = ctx->cache_disk_write_failures;
   out->last = (fcl_cache_source)ctx->cache_last;
   out->cache_refused = ctx->cache_refused[0] ? ctx->cache_refused : NULL;
-  pthread_mutex_unlock(&ctx->lock);
+  pthread_mutex_unlock(&ctx->stats_lock);
   if (ctx->cache_dir) count_device_entries(ctx->cache_dir, &ctx->caps, &out->device_entries, &out->device_bytes);
   return FCL_SUCCESS;
 }

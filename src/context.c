@@ -66,7 +66,12 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   /* Development: force split-KV on every portable forward (1..128; anything else: the planner decides). */
   const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
   if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) ctx->force_splits = atoi(splits);
-  if (!ctx->build_options || pthread_mutex_init(&ctx->lock, NULL) != 0) {
+  int locks = 0;
+  if (ctx->build_options && pthread_mutex_init(&ctx->lock, NULL) == 0 && ++locks &&
+      pthread_mutex_init(&ctx->stats_lock, NULL) == 0)
+    ++locks;
+  if (locks < 2) {
+    if (locks) pthread_mutex_destroy(&ctx->lock);
     free(ctx->build_options);
     free(ctx->cache_dir);
     free(ctx);
@@ -76,6 +81,7 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   if (err == CL_SUCCESS && (err = clRetainDevice(device)) != CL_SUCCESS) clReleaseContext(context);
   if (err != CL_SUCCESS) {
     pthread_mutex_destroy(&ctx->lock);
+    pthread_mutex_destroy(&ctx->stats_lock);
     free(ctx->build_options);
     free(ctx->cache_dir);
     free(ctx);
@@ -93,6 +99,7 @@ void fcl_context_release(fcl_context *ctx) {
   fcl_release_programs(ctx);
   fcl_scratch_release_all(ctx);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->stats_lock);
   clReleaseDevice(ctx->device);
   clReleaseContext(ctx->context);
   free(ctx->build_options);

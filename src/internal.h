@@ -141,7 +141,9 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
 typedef struct fcl_program_entry fcl_program_entry;
 
 /* Returns the kernel `name` of the program made from the listed .cl files (in order) built with
-   `defines`. The kernel is shared: callers set its arguments and enqueue while holding ctx->lock. */
+   `defines`. The kernel is shared: callers set its arguments and enqueue while holding ctx->lock. The
+   caller holds ctx->lock; a build (source or disk cache) runs with it released, so state read under the
+   lock before the call may have changed after it. */
 fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_files, const char *name,
                           const char *defines, cl_kernel *out);
 
@@ -204,7 +206,9 @@ struct fcl_context {
   char *cache_dir;     /* resolved disk cache directory; NULL: no disk cache */
   char cache_refused[320]; /* why the resolved directory was not trusted (cache_dir is then NULL); "" */
   unsigned flags;
-  pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel */
+  pthread_mutex_t lock; /* guards programs and every set-args-and-enqueue on a shared kernel; released
+                           by fcl_get_kernel while it builds */
+  pthread_mutex_t stats_lock; /* guards the cache_* counters below */
   fcl_program_entry *programs;
   uint32_t nvidia_mma_failed[3]; /* forward.c: per dtype, bit d/8-1: that tensor-core variant did not build */
   fcl_scratch *scratch;          /* scratch.c (guarded by lock) */

@@ -130,6 +130,12 @@ static fcl_status build_program(fcl_context *ctx, const char *source, const char
   return FCL_SUCCESS;
 }
 
+static fcl_program_entry *find_entry(fcl_context *ctx, const char *key) {
+  for (fcl_program_entry *e = ctx->programs; e; e = e->next)
+    if (strcmp(e->key, key) == 0) return e;
+  return NULL;
+}
+
 fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_files, const char *name,
                           const char *defines, cl_kernel *out) {
   char *options = NULL, *key = NULL, *source = NULL;
@@ -148,18 +154,27 @@ fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_fi
   strcat(strcat(key, "|"), options);
 
   /* The caller holds ctx->lock. */
-  for (fcl_program_entry *e = ctx->programs; e; e = e->next) {
-    if (strcmp(e->key, key) == 0) {
-      fcl_cache_note_memory_hit(ctx);
-      *out = e->kernel;
-      goto done;
-    }
+  fcl_program_entry *found = find_entry(ctx, key);
+  if (found) {
+    fcl_cache_note_memory_hit(ctx);
+    *out = found->kernel;
+    goto done;
   }
+  /* A build takes seconds: other threads' calls on the context go on meanwhile. */
   cl_program program = NULL;
   cl_kernel kernel = NULL;
-  if ((st = program_source(files, num_files, &source)) ||
-      (st = build_program(ctx, source, options, name, &program, &kernel)))
+  pthread_mutex_unlock(&ctx->lock);
+  st = program_source(files, num_files, &source);
+  if (!st) st = build_program(ctx, source, options, name, &program, &kernel);
+  pthread_mutex_lock(&ctx->lock);
+  if (st) goto done;
+  /* Another thread may have built the same kernel meanwhile: keep the first. */
+  if ((found = find_entry(ctx, key))) {
+    clReleaseKernel(kernel);
+    clReleaseProgram(program);
+    *out = found->kernel;
     goto done;
+  }
   fcl_program_entry *e = calloc(1, sizeof *e);
   if (!e) {
     clReleaseKernel(kernel);

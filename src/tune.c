@@ -9,9 +9,9 @@
  * out. The winner is recorded only when it is at least TUNE_MARGIN faster than the default; otherwise the
  * default stays and an earlier record is removed.
  *
- * Locking: ctx->lock is held while a candidate kernel is built and while each run is set up and enqueued,
- * never while waiting for a run, so other threads' calls proceed between runs (their device work competes
- * with the timed runs and makes the timings noisier).
+ * Locking: ctx->lock is held while a candidate kernel is looked up (not while it builds) and while each run
+ * is set up and enqueued, never while waiting for a run, so other threads' calls proceed between runs (their
+ * device work competes with the timed runs and makes the timings noisier).
  */
 #include "internal.h"
 
