@@ -72,3 +72,12 @@ def pytest_report_header(config):
     except flashcl.LibraryNotFoundError as e:
         lib = str(e)
     return [f"OpenCL device: {d.name} ({d.platform.name}, {d.version})", f"libflashcl: {lib}"]
+
+
+def to_host(a) -> np.ndarray:
+    """A host copy of any pyopencl array, strided views included (pyopencl's get() takes contiguous ones)."""
+    if a.flags.c_contiguous:
+        return a.get()
+    raw = np.empty(a.base_data.size, np.uint8)
+    cl.enqueue_copy(a.queue, raw, a.base_data, wait_for=a.events)
+    return np.ndarray(a.shape, a.dtype, buffer=raw, offset=a.offset, strides=a.strides).copy()
