@@ -6,9 +6,11 @@ Array level (shapes, dtypes and strides read from ``pyopencl.array.Array`` objec
     out = flashcl.scaled_dot_product_attention(q, k, v, is_causal=True)  # [batch, heads, seq, head_dim]
     out, lse = flashcl.attention(q, k, v, layout="bshd", return_lse=True, window_size=(256, 0))
     dq, dk, dv = flashcl.attention_backward(dout, q, k, v, out, lse)
+    out = flashcl.merge(o_parts, lse_parts)        # partial results over disjoint key sets -> exact
 
 Buffer level (one function per C entry point, a :class:`Descriptor` like ``fcl_attention_desc``):
-:func:`forward`, :func:`reference`, :func:`backward`, :func:`backward_workspace_size`.
+:func:`forward`, :func:`forward_workspace_size`, :func:`merge_buffers`, :func:`reference`, :func:`backward`,
+:func:`backward_workspace_size`.
 
 The library is found through ``$FLASHCL_LIBRARY``, the source checkout's ``build/``, ``<sys.prefix>/lib``,
 then the dynamic loader's path; it is loaded at the first call, so ``import flashcl`` always works.
@@ -21,11 +23,13 @@ from ._core import (
     backward_workspace_size,
     default_context,
     forward,
+    forward_workspace_size,
+    merge as merge_buffers,
     reference,
     status_string,
     version,
 )
-from ._attention import attention, attention_backward, flash_attn_func, scaled_dot_product_attention
+from ._attention import attention, attention_backward, flash_attn_func, merge, scaled_dot_product_attention
 from ._lib import library_path, load as load_library
 from .errors import (
     BuildError,
@@ -42,8 +46,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "attention", "attention_backward", "flash_attn_func", "scaled_dot_product_attention",
-    "Context", "Descriptor", "default_context", "forward", "reference", "backward", "backward_workspace_size",
+    "attention", "attention_backward", "merge", "flash_attn_func", "scaled_dot_product_attention",
+    "Context", "Descriptor", "default_context", "forward", "forward_workspace_size", "merge_buffers", "reference", "backward", "backward_workspace_size",
     "version", "status_string", "library_path", "load_library",
     "Status", "FlashclError", "InvalidArgumentError", "UnsupportedError", "OpenCLError", "BuildError",
     "OutOfResourcesError", "CLBlastError", "LibraryNotFoundError",

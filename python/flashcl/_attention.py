@@ -281,6 +281,7 @@ def attention(
     out: Optional[cla.Array] = None,
     lse: Optional[cla.Array] = None,
     reference: bool = False,
+    workspace: Optional[cl.Buffer] = None,
     queue: Optional[cl.CommandQueue] = None,
     wait_for: Optional[Sequence[cl.Event]] = None,
     context: Optional[Context] = None,
@@ -307,6 +308,8 @@ def attention(
         out, lse: arrays to write into (out: q's shape and dtype, any row-contiguous strides; lse:
             contiguous float32); allocated when None.
         reference: run fcl_attention_reference (the materialized N x N matrix, through CLBlast).
+        workspace: a ``pyopencl.Buffer`` of at least :func:`flashcl.forward_workspace_size` bytes for the
+            split-KV partials (fcl_attention_forward_with_workspace); None: the context's per-queue scratch.
         queue: defaults to q's queue. wait_for: events to wait on, besides the ``events`` of every array
             passed. context: a :class:`flashcl.Context`; defaults to the queue's shared one.
 
@@ -342,6 +345,7 @@ def attention(
         desc, qt.array.base_data, kt.array.base_data, vt.array.base_data, ot.array.base_data,
         lse_arr.base_data if lse_arr is not None else None,
         queue=queue, wait_for=list(wait_for or []) + call.events, context=context, reference=reference,
+        workspace=workspace,
     )
     del keep  # the slopes and sinks uploaded here live until the enqueued work is done (OpenCL retains them)
     out.add_event(event)
@@ -529,3 +533,77 @@ def scaled_dot_product_attention(
         window_size=window, mask=attn_mask, return_lse=return_lse, out=out, reference=reference, queue=queue,
         wait_for=wait_for, context=context,
     )
+
+
+def merge(
+    o_parts: cla.Array,
+    lse_parts: cla.Array,
+    *,
+    layout: Layout = "bshd",
+    sinks: Any = None,
+    return_lse: bool = False,
+    out: Optional[cla.Array] = None,
+    lse: Optional[cla.Array] = None,
+    queue: Optional[cl.CommandQueue] = None,
+    wait_for: Optional[Sequence[cl.Event]] = None,
+    context: Optional[Context] = None,
+) -> Union[cla.Array, Tuple[cla.Array, cla.Array]]:
+    """Merges attention over disjoint key sets of the same queries into the exact result
+    (fcl_attention_merge: ring attention across devices, shared-prefix cascades).
+
+    Args:
+        o_parts: [num_parts, batch, seqlen_q, heads, head_dim] (``layout="bshd"``; ``"bhsd"``: heads before
+            seqlen_q in each part), one part per key set, e.g. the outputs of :func:`attention` written into
+            ``o_parts[i]`` (``out=``). Each part's head_dim elements contiguous; any other strides.
+        lse_parts: contiguous float32 [num_parts, batch, heads, seqlen_q]: each part's lse.
+        sinks: float32 [heads], added here once (compute the parts without them).
+        out: the result, laid out as one part (same strides and offset as ``o_parts[0]``); allocated when
+            None. lse / return_lse: the merged lse, float32 [batch, heads, seqlen_q].
+
+    A part whose lse is -inf for a row (it saw no key there) is left out of that row. Returns out, or
+    (out, lse); the event is added to their ``events``.
+    """
+    if layout not in _LAYOUTS:
+        raise InvalidArgumentError(f"layout must be one of {_LAYOUTS}, not {layout!r}")
+    parts = _array(o_parts, "o_parts")
+    if parts.ndim != 5:
+        raise InvalidArgumentError(f"o_parts has shape {parts.shape}; it must be 5-D: [num_parts] + one part's 4-D shape")
+    num_parts = parts.shape[0]
+    part0 = _tensor(parts[0], "o_parts[0]", layout)
+    parts_stride = _elements(parts.strides[0], parts.dtype.itemsize, "o_parts' first stride")
+    queue = _queue_of(queue, parts)
+    desc = Descriptor(batch=part0.batch, num_heads=part0.heads, seqlen_q=part0.seq, seqlen_k=1, head_dim=part0.dim,
+                      dtype=parts.dtype, o_stride=part0.stride, o_offset=part0.offset)
+    lp = _array(lse_parts, "lse_parts")
+    want = (num_parts, part0.batch, part0.heads, part0.seq)
+    if lp.dtype != np.float32 or tuple(lp.shape) != want or not lp.flags.c_contiguous or lp.offset:
+        raise InvalidArgumentError(
+            f"lse_parts must be a contiguous float32 array of shape {want} at offset 0; it is {lp.dtype} {lp.shape}"
+            f" strides {lp.strides} offset {lp.offset}"
+        )
+    call = _Call(queue)
+    call.wait_on(parts, lp)
+    s = None
+    if sinks is not None:
+        s = _float_vector(sinks, "sinks", [(part0.heads,)], queue)
+        if s.offset:
+            raise InvalidArgumentError("sinks must start at the beginning of its buffer (offset 0)")
+        desc.sinks = s.base_data
+        call.wait_on(s)
+    if out is None:
+        out = _like(part0, queue)
+    ot = _tensor(out, "out", layout)
+    _check_dtype_same("out", ot.array, parts, "o_parts")
+    _same_layout(ot, part0, "out", "o_parts[0]")
+    lse_arr = _lse_array(lse, desc, queue) if (return_lse or lse is not None) else None
+    call.wait_on(out, lse_arr)
+    event = _core.merge(
+        desc, num_parts, parts.base_data, parts_stride, lp.base_data, ot.array.base_data,
+        lse_arr.base_data if lse_arr is not None else None,
+        queue=queue, wait_for=list(wait_for or []) + call.events, context=context,
+    )
+    out.add_event(event)
+    if lse_arr is not None:
+        lse_arr.add_event(event)
+        return out, lse_arr
+    return out

@@ -162,6 +162,7 @@ class Context:
             "work_group_size": info.work_group_size,
             "local_mem_bytes": info.local_mem_bytes,
             "work_groups": info.work_groups,
+            "splits": info.splits,
         }
 
     def cache_stats(self) -> Dict[str, Any]:
@@ -171,6 +172,12 @@ class Context:
         out = {name: getattr(s, name) for name, _ in _lib.fcl_cache_stats._fields_}
         out["cache_dir"] = s.cache_dir.decode() if s.cache_dir else None
         return out
+
+    def forward_workspace_size(self, desc: "Descriptor") -> int:
+        """fcl_attention_forward_workspace_size(): bytes of split-KV scratch the forward needs for desc on
+        this device (0 when it does not split)."""
+        c = desc.to_c()
+        return int(self._lib.fcl_attention_forward_workspace_size(self.handle, ctypes.byref(c)))
 
     def backward_workspace_size(self, desc: "Descriptor") -> int:
         """fcl_attention_backward_workspace_size(): bytes of workspace the backward needs for desc."""
@@ -331,9 +338,12 @@ def forward(
     wait_for: Optional[Sequence[cl.Event]] = None,
     context: Optional[Context] = None,
     reference: bool = False,
+    workspace: Optional[cl.Buffer] = None,
 ) -> cl.Event:
     """fcl_attention_forward (or fcl_attention_reference when ``reference``) on buffers.
 
+    ``workspace``: split-KV scratch of at least :func:`forward_workspace_size` bytes
+    (fcl_attention_forward_with_workspace); None takes it from the context (one buffer per queue, reused).
     Enqueues on ``queue`` after the events of ``wait_for`` and returns the event that completes when o
     (and lse) are written; nothing waits on the host.
     """
@@ -342,8 +352,58 @@ def forward(
     handles = [mem_handle(b, n) for b, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (lse, "lse"))]
     n, wait = _wait_list(wait_for)
     ev = ctypes.c_void_p()
-    fn = context._lib.fcl_attention_reference if reference else context._lib.fcl_attention_forward
-    check(fn(context.handle, queue.int_ptr, ctypes.byref(c), *handles, n, wait, ctypes.byref(ev)))
+    lib = context._lib
+    if reference:
+        if workspace is not None:
+            raise InvalidArgumentError("the reference path takes no workspace")
+        st = lib.fcl_attention_reference(context.handle, queue.int_ptr, ctypes.byref(c), *handles, n, wait,
+                                         ctypes.byref(ev))
+    elif workspace is not None:
+        st = lib.fcl_attention_forward_with_workspace(context.handle, queue.int_ptr, ctypes.byref(c), *handles,
+                                                      mem_handle(workspace, "workspace"), n, wait, ctypes.byref(ev))
+    else:
+        st = lib.fcl_attention_forward(context.handle, queue.int_ptr, ctypes.byref(c), *handles, n, wait,
+                                       ctypes.byref(ev))
+    check(st)
+    return _event(ev)
+
+
+def forward_workspace_size(desc: Descriptor, *, queue: cl.CommandQueue, context: Optional[Context] = None) -> int:
+    """fcl_attention_forward_workspace_size() on the context of ``queue`` (or ``context``)."""
+    queue, context = _resolve(queue, context)
+    return context.forward_workspace_size(desc)
+
+
+def merge(
+    desc: Descriptor,
+    num_parts: int,
+    o_parts: cl.Buffer,
+    parts_stride: int,
+    lse_parts: cl.Buffer,
+    o: cl.Buffer,
+    lse: Optional[cl.Buffer] = None,
+    *,
+    queue: cl.CommandQueue,
+    wait_for: Optional[Sequence[cl.Event]] = None,
+    context: Optional[Context] = None,
+) -> cl.Event:
+    """fcl_attention_merge: the exact result from partial results over disjoint key sets of the same queries.
+
+    Part i's O lies in ``o_parts`` laid out as o (``desc.o_stride``), from element
+    ``desc.o_offset + i * parts_stride``; its lse at ``lse_parts[i * batch * num_heads * seqlen_q + row]``
+    (float32). ``desc.sinks`` are added here, once. Returns the event.
+    """
+    queue, context = _resolve(queue, context)
+    c = desc.to_c()
+    num_parts = _int64(num_parts, "num_parts")
+    if not 0 <= num_parts < 2**32:
+        raise InvalidArgumentError(f"num_parts = {num_parts} does not fit a cl_uint")
+    n, wait = _wait_list(wait_for)
+    ev = ctypes.c_void_p()
+    check(context._lib.fcl_attention_merge(
+        context.handle, queue.int_ptr, ctypes.byref(c), num_parts, mem_handle(o_parts, "o_parts"),
+        _int64(parts_stride, "parts_stride"), mem_handle(lse_parts, "lse_parts"), mem_handle(o, "o"),
+        mem_handle(lse, "lse"), n, wait, ctypes.byref(ev)))
     return _event(ev)
 
 
@@ -407,6 +467,6 @@ def scale_default(head_dim: int) -> float:
 
 
 __all__ = [
-    "Context", "Descriptor", "default_context", "forward", "reference", "backward",
+    "Context", "Descriptor", "default_context", "forward", "forward_workspace_size", "merge", "reference", "backward",
     "backward_workspace_size", "version", "status_string", "fcl_dtype", "FlashclError",
 ]

@@ -99,6 +99,7 @@ class fcl_plan_info(ctypes.Structure):
         ("work_group_size", ctypes.c_int),
         ("local_mem_bytes", ctypes.c_size_t),
         ("work_groups", ctypes.c_size_t),
+        ("splits", ctypes.c_int),
     ]
 
 
@@ -161,6 +162,17 @@ _SIGNATURES = {
     "fcl_attention_forward": (
         fcl_status,
         [ctypes.c_void_p, cl_command_queue, _desc_p, cl_mem, cl_mem, cl_mem, cl_mem, cl_mem,
+         cl_uint, _P(cl_event), _P(cl_event)],
+    ),
+    "fcl_attention_forward_workspace_size": (ctypes.c_size_t, [ctypes.c_void_p, _desc_p]),
+    "fcl_attention_forward_with_workspace": (
+        fcl_status,
+        [ctypes.c_void_p, cl_command_queue, _desc_p, cl_mem, cl_mem, cl_mem, cl_mem, cl_mem, cl_mem,
+         cl_uint, _P(cl_event), _P(cl_event)],
+    ),
+    "fcl_attention_merge": (
+        fcl_status,
+        [ctypes.c_void_p, cl_command_queue, _desc_p, cl_uint, cl_mem, ctypes.c_int64, cl_mem, cl_mem, cl_mem,
          cl_uint, _P(cl_event), _P(cl_event)],
     ),
     "fcl_attention_reference": (
