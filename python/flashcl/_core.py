@@ -170,7 +170,9 @@ class Context:
         s = _lib.fcl_cache_stats()
         check(self._lib.fcl_context_cache_stats(self.handle, ctypes.byref(s)))
         out = {name: getattr(s, name) for name, _ in _lib.fcl_cache_stats._fields_}
-        out["cache_dir"] = s.cache_dir.decode() if s.cache_dir else None
+        for name in ("cache_dir", "cache_refused"):
+            raw = getattr(s, name)
+            out[name] = raw.decode("utf-8", "replace") if raw else None
         return out
 
     def forward_workspace_size(self, desc: "Descriptor") -> int:

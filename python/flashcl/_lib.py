@@ -115,6 +115,7 @@ class fcl_cache_stats(ctypes.Structure):
         ("last", fcl_cache_source),
         ("device_entries", ctypes.c_uint64),
         ("device_bytes", ctypes.c_uint64),
+        ("cache_refused", ctypes.c_char_p),
     ]
 
 

@@ -1,0 +1,23 @@
+"""flashcl.Context: options, introspection (describe_plan, cache_stats) and use by the array functions."""
+
+import numpy as np
+import pyopencl.array as cla
+
+import flashcl
+
+
+def test_context_options_and_introspection(queue, rng):
+    with flashcl.Context(queue.context, queue.device, cache_dir="", portable_only=True) as ctx:
+        stats = ctx.cache_stats()
+        assert stats["cache_dir"] is None  # "" turns the disk cache off
+        assert stats["source_builds"] == 0 and stats["disk_hits"] == 0
+        desc = flashcl.Descriptor(batch=1, num_heads=2, seqlen_q=40, seqlen_k=40, head_dim=24)
+        plan = ctx.describe_plan(desc)
+        assert plan["kernel"] == "portable" and plan["block_q"] >= 1 and plan["work_group_size"] >= 1
+        assert plan["splits"] >= 1 and plan["reason"]
+        q, k, v = (cla.to_device(queue, rng.standard_normal((1, 40, 2, 24)).astype(np.float32)) for _ in range(3))
+        flashcl.flash_attn_func(q, k, v, context=ctx).get()
+        after = ctx.cache_stats()
+        assert after["source_builds"] >= 1, "without a disk cache the kernel was compiled from source"
+        assert ctx.backward_workspace_size(desc) >= 0
+    assert ctx._handle is None
