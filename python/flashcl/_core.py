@@ -175,6 +175,20 @@ class Context:
             out[name] = raw.decode("utf-8", "replace") if raw else None
         return out
 
+    def tune_forward(self, desc: "Descriptor", queue: cl.CommandQueue) -> Dict[str, Any]:
+        """fcl_tune_forward(): times the portable forward's candidate shapes for desc's head_dim and dtype on
+        this device and records the winner when it beats the default. ``queue`` needs
+        ``PROFILING_ENABLE``. Blocks until done (seconds)."""
+        if not isinstance(queue, cl.CommandQueue):
+            raise InvalidArgumentError(f"queue must be a pyopencl.CommandQueue, not {type(queue).__name__}")
+        r = _lib.fcl_tune_result()
+        c = desc.to_c()
+        check(self._lib.fcl_tune_forward(self.handle, queue.int_ptr, ctypes.byref(c), ctypes.byref(r)))
+        out = {name: getattr(r, name) for name, _ in _lib.fcl_tune_result._fields_}
+        out["shape"], out["default_shape"] = r.shape.decode(), r.default_shape.decode()
+        out["recorded"], out["saved"] = bool(r.recorded), bool(r.saved)
+        return out
+
     def forward_workspace_size(self, desc: "Descriptor") -> int:
         """fcl_attention_forward_workspace_size(): bytes of split-KV scratch the forward needs for desc on
         this device (0 when it does not split)."""

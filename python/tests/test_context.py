@@ -21,3 +21,23 @@ def test_context_options_and_introspection(queue, rng):
         assert after["source_builds"] >= 1, "without a disk cache the kernel was compiled from source"
         assert ctx.backward_workspace_size(desc) >= 0
     assert ctx._handle is None
+
+
+def test_tune_forward(cl_context, device):
+    import pyopencl as cl
+
+    queue = cl.CommandQueue(cl_context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    with flashcl.Context(cl_context, device, cache_dir="") as ctx:
+        desc = flashcl.Descriptor(batch=1, num_heads=1, seqlen_q=64, seqlen_k=64, head_dim=16)
+        r = ctx.tune_forward(desc, queue)
+        assert r["candidates"] >= 1 and r["shape"].count(",") == 4 and r["best_ms"] > 0
+        assert r["best_ms"] <= r["default_ms"] or not r["recorded"]
+        assert not r["saved"]  # no disk cache
+    plain = cl.CommandQueue(cl_context, device)
+    with flashcl.Context(cl_context, device, cache_dir="") as ctx:
+        try:
+            ctx.tune_forward(flashcl.Descriptor(batch=1, num_heads=1, seqlen_q=64, seqlen_k=64, head_dim=16), plain)
+        except flashcl.InvalidArgumentError as e:
+            assert "PROFILING" in e.message.upper()
+        else:
+            raise AssertionError("a queue without profiling must be refused")

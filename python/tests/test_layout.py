@@ -79,3 +79,16 @@ def test_every_field_declared():
 def test_constants(c_layout):
     for const, value in _lib.CONSTANTS.items():
         assert c_layout[("const", const)] == [value], const
+
+
+def test_every_function_declared():
+    """Every function include/flashcl.h exports has a ctypes signature here (a new one fails until wrapped)."""
+    import re
+
+    text = re.sub(r"/\*.*?\*/", "", (HEADER_DIR / "flashcl.h").read_text(), flags=re.S)
+    names = set(re.findall(r"FCL_API[^;(]*?\b(fcl_\w+)\s*\(", text))
+    assert names, "no FCL_API functions found in the header"
+    assert names == set(_lib._SIGNATURES), (
+        f"in the header only: {sorted(names - set(_lib._SIGNATURES))}; "
+        f"in the bindings only: {sorted(set(_lib._SIGNATURES) - names)}"
+    )
