@@ -171,3 +171,15 @@ def test_library_not_found(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "not found: True"
+
+
+def test_library_from_folder():
+    """FLASHCL_LIBRARY may name the folder that holds the library."""
+    import flashcl._lib as lib
+
+    folder = os.path.dirname(flashcl.library_path())
+    env = dict(os.environ, FLASHCL_LIBRARY=folder)
+    code = "import flashcl; print(flashcl.library_path())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert os.path.dirname(r.stdout.strip()) == folder
+    assert os.path.basename(r.stdout.strip()) in lib._SONAMES
