@@ -1,13 +1,13 @@
 """FlashAttention 2's accuracy criterion on a grid of its shapes.
 
-For each case: the max abs error of flashcl's output against a float64 NumPy reference is at most twice
-the max abs error of the same attention computed by NumPy in the input dtype (every product, sum and
-exp rounded to it), and for float32 also at most FP32_BOUND. lse is checked too (float32, natural log).
+For each case: in float16, the max abs error of flashcl's output against a float64 NumPy reference is at
+most twice the max abs error of the same attention computed by NumPy in float16 (every product, sum and
+exp rounded to it). In float32 it is at most FP32_BOUND. lse is checked too (float32, natural log).
 
-float32 gets one unit in the last place of the output's largest magnitude on top of the factor 2:
-both errors are then at the rounding level and their ratio is noise (on PoCL, 2026-11-30, 150 random
-float32 cases at (113, 203): median ratio 0.97, 99th percentile 1.81, 0.7% above 2), which would make
-the plain factor-2 test fail about one run in four over this grid's 38 float32 cases.
+Why float32 has an absolute bound instead of the factor: both errors are then at float32's rounding level
+(below 2e-6) and their ratio is not stable. On PoCL, 2026-11-30, over the grid's 38 float32 cases with FLASHCL_TEST_SEED 11, 12 and 13 the
+ratio exceeded 2 in 4 of 114 cases and reached 3.1 ((128, 217) GQA d40 causal: 1.25e-6 against NumPy's
+4.0e-7), so any fixed factor fails some runs. Each case prints its ratio.
 
 The grid is a subset of FlashAttention 2's, sized for a 2-core CPU (PoCL in CI):
 - seqlen pairs (113, 203) and (128, 217): every head dim 32, 40, 59, 64, 80, 96, 111, 128, causal and
@@ -29,7 +29,8 @@ HEAD_DIMS = [32, 40, 59, 64, 80, 96, 111, 128]
 HEADS = {"mha": (4, 4), "gqa": (4, 2), "mqa": (4, 1)}
 DTYPES = [np.float32, np.float16]
 # Bound on float32's max abs error (inputs standard normal). Measured on PoCL 3.1 (Xeon, 2 cores),
-# 2026-11-30, `pytest python/tests/test_accuracy.py -s`: at most 1.33e-6 over the grid.
+# 2026-11-30, `python/test.sh python/tests/test_accuracy.py -s` (and with FLASHCL_TEST_SEED 11, 12, 13):
+# at most 1.62e-6 over the grid.
 FP32_BOUND = 3e-6
 LSE_BOUND = 1e-4
 
@@ -85,12 +86,12 @@ def test_forward_criterion(queue, rng, case):
     olow, _ = ref.attention(bhsd(q), bhsd(k), bhsd(v), causal=causal, dtype=dt)
     err = np.abs(out - o64).max()
     err_low = np.abs(olow.astype(np.float64) - o64).max()
-    print(f"{_id(case)}: flashcl {err:.3g}, numpy {np.dtype(dt).name} {err_low:.3g}")
+    print(f"{_id(case)}: flashcl {err:.3g}, numpy {np.dtype(dt).name} {err_low:.3g}, ratio {err / err_low:.2f}")
     assert np.isfinite(out).all()
-    allowance = np.finfo(np.float32).eps * np.abs(o64).max() if dt == np.float32 else 0.0
-    assert err <= 2 * err_low + allowance, f"max error {err:.3g} > 2 x {np.dtype(dt).name} NumPy's {err_low:.3g}"
     if dt == np.float32:
         assert err <= FP32_BOUND, f"float32 max error {err:.3g} > {FP32_BOUND}"
+    else:
+        assert err <= 2 * err_low, f"max error {err:.3g} > 2 x {np.dtype(dt).name} NumPy's {err_low:.3g}"
     finite = np.isfinite(lse64)
     assert (np.isfinite(lse) == finite).all(), "lse is -inf exactly where a row sees no key"
     assert np.abs(lse[finite] - lse64[finite]).max() <= LSE_BOUND

@@ -1,6 +1,7 @@
 """The accuracy grid of test_accuracy.py against PyTorch: flashcl's max error against the float64 NumPy
 reference is at most twice that of torch.nn.functional.scaled_dot_product_attention run in the same dtype
-(on CUDA when available, else on the CPU). Skipped when torch is not importable."""
+(on CUDA when available, else on the CPU); in float32 under FP32_BOUND, with the ratio printed
+(test_accuracy.py says why). Skipped when torch is not importable."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 import flashcl
 import reference as ref
-from test_accuracy import FP32_BOUND, GRID, HEADS, _id, bhsd, inputs
+from test_accuracy import FP32_BOUND, GRID, _id, bhsd, inputs
 
 torch = pytest.importorskip("torch")
 TORCH_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -45,8 +46,8 @@ def test_against_torch(queue, rng, case):
     ot = torch_sdpa(bhsd(q), bhsd(k), bhsd(v), causal)
     err = np.abs(out - o64).max()
     err_t = np.abs(ot - o64).max()
-    print(f"{_id(case)}: flashcl {err:.3g}, torch {TORCH_DEVICE} {err_t:.3g}")
-    allowance = np.finfo(np.float32).eps * np.abs(o64).max() if dt == np.float32 else 0.0
-    assert err <= 2 * err_t + allowance, f"max error {err:.3g} > 2 x torch's {err_t:.3g}"
+    print(f"{_id(case)}: flashcl {err:.3g}, torch {TORCH_DEVICE} {err_t:.3g}, ratio {err / err_t:.2f}")
     if dt == np.float32:
-        assert err <= FP32_BOUND
+        assert err <= FP32_BOUND, f"float32 max error {err:.3g} > {FP32_BOUND}"
+    else:
+        assert err <= 2 * err_t, f"max error {err:.3g} > 2 x torch's {err_t:.3g}"
