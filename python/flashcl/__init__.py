@@ -43,7 +43,7 @@ from .errors import (
     UnsupportedError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "attention", "attention_backward", "merge", "flash_attn_func", "scaled_dot_product_attention",

@@ -175,6 +175,20 @@ class Context:
             out[name] = raw.decode("utf-8", "replace") if raw else None
         return out
 
+    def device_quirks(self) -> Dict[str, Any]:
+        """fcl_context_device_quirks(): measured driver properties planning respects (loop budget, profiling
+        clock). ``source`` is "unknown", "measured", "cached" or "forced"."""
+        r = _lib.fcl_device_quirks()
+        check(self._lib.fcl_context_device_quirks(self.handle, ctypes.byref(r)))
+        sources = {_lib.FCL_QUIRK_UNKNOWN: "unknown", _lib.FCL_QUIRK_MEASURED: "measured",
+                   _lib.FCL_QUIRK_CACHED: "cached", _lib.FCL_QUIRK_FORCED: "forced"}
+        return {
+            "loop_budget": r.loop_budget,
+            "profiling_clock_unusable": r.profiling_clock_unusable,
+            "source": sources.get(r.source, str(r.source)),
+            "detail": r.detail.decode("utf-8", "replace"),
+        }
+
     def tune_forward(self, desc: "Descriptor", queue: cl.CommandQueue) -> Dict[str, Any]:
         """fcl_tune_forward(): times the portable forward's candidate shapes for desc's head_dim and dtype on
         this device and records the winner when it beats the default. ``queue`` needs
@@ -186,7 +200,7 @@ class Context:
         check(self._lib.fcl_tune_forward(self.handle, queue.int_ptr, ctypes.byref(c), ctypes.byref(r)))
         out = {name: getattr(r, name) for name, _ in _lib.fcl_tune_result._fields_}
         out["shape"], out["default_shape"] = r.shape.decode(), r.default_shape.decode()
-        out["recorded"], out["saved"] = bool(r.recorded), bool(r.saved)
+        out["recorded"], out["saved"], out["wall_clock"] = bool(r.recorded), bool(r.saved), bool(r.wall_clock)
         return out
 
     def forward_workspace_size(self, desc: "Descriptor") -> int:

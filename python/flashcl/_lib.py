@@ -31,6 +31,11 @@ FCL_DTYPE_BF16 = 2
 FCL_OP_FORWARD = 0
 FCL_OP_BACKWARD = 1
 
+FCL_QUIRK_UNKNOWN = 0
+FCL_QUIRK_MEASURED = 1
+FCL_QUIRK_CACHED = 2
+FCL_QUIRK_FORCED = 3
+
 FCL_FLAG_PORTABLE_ONLY = 1
 FCL_MAX_HEAD_DIM = 256
 
@@ -45,6 +50,7 @@ fcl_status = ctypes.c_int  # C enums are int-sized on every ABI flashcl targets
 fcl_dtype = ctypes.c_int
 fcl_operation = ctypes.c_int
 fcl_cache_source = ctypes.c_int
+fcl_quirk_source = ctypes.c_int
 
 
 class fcl_context_options(ctypes.Structure):
@@ -128,6 +134,16 @@ class fcl_tune_result(ctypes.Structure):
         ("candidates", ctypes.c_int),
         ("recorded", ctypes.c_int),
         ("saved", ctypes.c_int),
+        ("wall_clock", ctypes.c_int),
+    ]
+
+
+class fcl_device_quirks(ctypes.Structure):
+    _fields_ = [
+        ("loop_budget", ctypes.c_uint64),
+        ("profiling_clock_unusable", ctypes.c_int),
+        ("source", fcl_quirk_source),
+        ("detail", ctypes.c_char * 192),
     ]
 
 
@@ -138,13 +154,14 @@ STRUCTS = {
     "fcl_plan_info": fcl_plan_info,
     "fcl_cache_stats": fcl_cache_stats,
     "fcl_tune_result": fcl_tune_result,
+    "fcl_device_quirks": fcl_device_quirks,
 }
 
 #: The enum constants of the header (the layout test checks their values).
 CONSTANTS = {
     name: value
     for name, value in dict(globals()).items()
-    if name.startswith(("FCL_SUCCESS", "FCL_ERROR_", "FCL_DTYPE_", "FCL_OP_", "FCL_FLAG_", "FCL_MAX_"))
+    if name.startswith(("FCL_SUCCESS", "FCL_ERROR_", "FCL_DTYPE_", "FCL_OP_", "FCL_FLAG_", "FCL_MAX_", "FCL_QUIRK_"))
 }
 
 _P = ctypes.POINTER
@@ -190,6 +207,7 @@ _SIGNATURES = {
     "fcl_describe_plan": (fcl_status, [ctypes.c_void_p, fcl_operation, _desc_p, _P(fcl_plan_info)]),
     "fcl_context_cache_stats": (fcl_status, [ctypes.c_void_p, _P(fcl_cache_stats)]),
     "fcl_tune_forward": (fcl_status, [ctypes.c_void_p, cl_command_queue, _desc_p, _P(fcl_tune_result)]),
+    "fcl_context_device_quirks": (fcl_status, [ctypes.c_void_p, _P(fcl_device_quirks)]),
 }
 
 # ---- loading ----

@@ -41,3 +41,12 @@ def test_tune_forward(cl_context, device):
             assert "PROFILING" in e.message.upper()
         else:
             raise AssertionError("a queue without profiling must be refused")
+
+
+def test_device_quirks(queue):
+    with flashcl.Context(queue.context, queue.device, cache_dir="") as ctx:
+        quirks = ctx.device_quirks()
+    assert quirks["source"] in ("unknown", "measured", "cached", "forced")
+    assert quirks["profiling_clock_unusable"] in (-1, 0, 1)
+    assert quirks["detail"]
+    assert quirks["loop_budget"] >= 0
