@@ -86,7 +86,6 @@ def attention_grads(q, k, v, do, **kw):
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     g = H // Hkv
-    causal, window = kw.get("causal", False), kw.get("window", (-1, -1))
     softcap, scale = kw.get("softcap", 0.0), kw.get("scale")
     sinks = kw.get("sinks")
     sc = 1.0 / np.sqrt(D) if scale is None else scale

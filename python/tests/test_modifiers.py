@@ -140,7 +140,7 @@ def test_mask_strided_view(queue, rng):
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_layouts_and_views(queue, rng, layout):
     """q, k, v as views of one packed [batch, seq, 3, heads, d] array (no copies), output into a strided view."""
-    sq = sk = 57
+    sq = 57
     qkv = rng.standard_normal((B, sq, 3, H, D)).astype(np.float32)
     dqkv = cla.to_device(queue, qkv)
     q, k, v = (dqkv[:, :, i] for i in range(3))  # [B, S, H, D] views with strides
