@@ -6,6 +6,7 @@
  *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, and a score matrix too
  *                large for one buffer, which must give FCL_ERROR_OUT_OF_RESOURCES */
 #include "forward_check.h"
+#include "internal.h" /* fcl_parse_forward_shape */
 
 #include <math.h>
 #include <stdlib.h>
@@ -115,8 +116,10 @@ static int full_cases(fwd_case *list) {
    runs); the case is then reported as skipped rather than passing as a test of another shape. */
 static int forced_shape_unavailable(test_env *env, const fwd_case *c, const char *label) {
   const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
-  int tr, tc, rm, rn;
-  if (!shape || sscanf(shape, "%d,%d,%d,%d", &tr, &tc, &rm, &rn) != 4) return 0;
+  int fs[5];
+  /* An override the library ignores (out of bounds, malformed) forces nothing: the default runs. */
+  if (!shape || fcl_parse_forward_shape(shape, fs) != 0) return 0;
+  const int tr = fs[0], tc = fs[1], rm = fs[2], rn = fs[3];
   fcl_attention_desc desc;
   memset(&desc, 0, sizeof desc);
   desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
