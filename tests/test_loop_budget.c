@@ -186,11 +186,13 @@ static void test_forced(test_env *env) {
   check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 65535,
         "FLASHCL_LOOP_BUDGET=65535 forces the budget (%s, %llu)", source_name(ctx->caps.loop_budget_source),
         ctx->caps.loop_budget);
-  fcl_status st = forward_status(env, ctx, 64, 10000, 64);
-  check(st == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "loop iterations per work-item"),
-        "forward Nk=10000 past the budget: %s: %s", fcl_status_string(st), fcl_last_error());
   fcl_context *saved = env->fcl;
   env->fcl = ctx;
+  /* Past one launch's reach: split-KV chunks keep each launch inside the budget where up to FCL_MAX_SPLITS
+     chunks suffice, else the forward refuses; either way never a wrong answer. */
+  const fwd_case long_fwd = {1, 1, 0, 64, 10000, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1};
+  check(run_forward_case(env, env->queue, &long_fwd, fcl_attention_forward, "forward Nk=10000 under the budget") != 1,
+        "forward Nk=10000 under a budget of 65535: right (in chunks) or refused");
   const bwd_case long_bwd = {1, 1, 0, 16, 10000, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0};
   /* run_backward_case reports the refusal as a skip; count it here as the expected outcome. */
   const int skipped = test_skipped;
@@ -212,8 +214,9 @@ static void test_forced(test_env *env) {
     cl_mem parts = create_float_buffer(env, 400 * 4, 0.5f), lses = create_float_buffer(env, 400, 0.0f);
     cl_mem out = create_float_buffer(env, 4, NAN);
     cl_event ev = NULL;
-    st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 400, parts, 4, lses, out, NULL, 0, NULL, &ev)
-                              : FCL_ERROR_OUT_OF_RESOURCES;
+    fcl_status st = parts && lses && out
+                        ? fcl_attention_merge(ctx, env->queue, &desc, 400, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                        : FCL_ERROR_OUT_OF_RESOURCES;
     check(st == FCL_ERROR_UNSUPPORTED && !ev && strstr(fcl_last_error(), "loop iterations per work-item"),
           "merge of 400 parts past a budget of 300: %s: %s", fcl_status_string(st), fcl_last_error());
     st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 40, parts, 4, lses, out, NULL, 0, NULL, &ev)
@@ -226,6 +229,16 @@ static void test_forced(test_env *env) {
     cl_mem all[3] = {parts, lses, out};
     for (int i = 0; i < 3; ++i)
       if (all[i]) clReleaseMemObject(all[i]);
+    fcl_context_release(ctx);
+  }
+
+  /* A budget below one key tile: no split helps, the forward refuses and says why. */
+  setenv("FLASHCL_LOOP_BUDGET", "100", 1);
+  ctx = context_in(env, "");
+  if (ctx) {
+    fcl_status st = forward_status(env, ctx, 64, 100, 64);
+    check(st == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "loop iterations per work-item"),
+          "forward under a budget of 100: %s: %s", fcl_status_string(st), fcl_last_error());
     fcl_context_release(ctx);
   }
 
@@ -279,8 +292,23 @@ static void test_edge(test_env *env) {
     check(run_forward_case(env, env->queue, &edge, fcl_attention_forward, "forward at the budget's edge") == 0,
           "d=%lld: %lld key tiles of %d, the most the budget of %llu admits, are computed right", dims[i],
           (long long)tiles, plan.bc, budget);
-    st = forward_status(env, env->fcl, 40, (tiles + 1) * plan.bc, dims[i]);
-    check(st == FCL_ERROR_UNSUPPORTED, "d=%lld: one key tile more is refused: %s", dims[i], fcl_status_string(st));
+    /* One tile more is past what a single launch may stream: refused unsplit, and split-KV (which gives a
+       long range enough chunks) computes it right. */
+    fcl_problem more;
+    desc.seqlen_k = (tiles + 1) * plan.bc;
+    if (fcl_resolve_problem(&desc, &more) != FCL_SUCCESS) {
+      check(0, "d=%lld: resolve: %s", dims[i], fcl_last_error());
+      continue;
+    }
+    fcl_tile_plan unsplit = plan;
+    unsplit.splits = 1;
+    st = fcl_forward_within_budget(&env->fcl->caps, &more, &unsplit);
+    check(st == FCL_ERROR_UNSUPPORTED, "d=%lld: one key tile more in one launch is refused: %s", dims[i],
+          fcl_status_string(st));
+    fcl_clear_error();
+    const fwd_case past = {1, 2, 0, 40, (tiles + 1) * plan.bc, dims[i], FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1};
+    check(run_forward_case(env, env->queue, &past, fcl_attention_forward, "forward one tile past the edge") != 1,
+          "d=%lld: %lld key tiles are right, or refused, never wrong", dims[i], (long long)tiles + 1);
   }
 }
 
