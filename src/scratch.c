@@ -42,6 +42,16 @@ fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t byte
     s->buf = b;
     s->size = bytes;
   }
+  /* A last use that has finished needs no waiting; one that failed never ran and must not be waited on: a
+     command whose wait list holds an event that has already failed never runs or fails under PoCL (it
+     hangs whoever waits for it), and would fail this call for another call's dependency. */
+  cl_int status = CL_QUEUED;
+  if (s->last &&
+      clGetEventInfo(s->last, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
+      (status == CL_COMPLETE || status < 0)) {
+    clReleaseEvent(s->last);
+    s->last = NULL;
+  }
   *buf = s->buf;
   *last = s->last;
   return FCL_SUCCESS;

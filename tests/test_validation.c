@@ -237,6 +237,14 @@ int main(void) {
                                 ws_over_lse, 0, NULL, NULL);
     check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "workspace overlaps lse"),
           "backward, workspace a sub-buffer over lse -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    /* A caller's split-KV workspace over q, and fcl_attention_merge writing o over its own parts. */
+    st = fcl_attention_forward_with_workspace(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], o_over_q, 0,
+                                              NULL, NULL);
+    check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "workspace overlaps q"),
+          "forward, workspace a sub-buffer overlapping q's -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    st = fcl_attention_merge(e->fcl, e->queue, &fx.desc, 1, r[0], 0, r[4], o_over_q, NULL, 0, NULL, NULL);
+    check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "o overlaps o_parts"),
+          "merge, o a sub-buffer overlapping o_parts' -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
     /* Disjoint regions of one parent are fine. */
     cl_event ok_ev = NULL;
     st = fcl_attention_forward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], 0, NULL, &ok_ev);
