@@ -459,6 +459,19 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
       if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueCopyBuffer(lse)", err);
     }
   }
+  /* A driver may run the commands queued after a failed barrier and complete them (Mesa's rusticl does): the
+     last step waits on the barrier behind the caller's list as well, so a failed dependency reaches *event. */
+  if (!st && num_wait > 0 && r.chain.count > 1) {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+      cl_event deps[2] = {r.chain.events[0], nw ? w[0] : r.chain.events[0]};
+      cl_int err = clEnqueueMarkerWithWaitList(queue, 2, deps, ev);
+      fcl_chain_push(&r.chain);
+      if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueMarkerWithWaitList", err);
+    }
+  }
   /* Every chunk ends with a barrier on an out-of-order queue, so the chain's last event completes after all
      of it on either kind of queue. */
   const fcl_status end = fcl_chain_end(&r.chain, st ? NULL : event);
