@@ -32,8 +32,7 @@ typedef struct test_cli {
 /* 1 when argv[*i] is --list, or --case followed by a name (then *i moves past the name); 0 otherwise. */
 int test_cli_option(test_cli *cli, int argc, char **argv, int *i);
 
-/* Appends a case named prefix + name; returns the new count (count unchanged, and an error printed, when
-   the list is full). */
+/* Appends a case named prefix + name and returns the new count; exits with status 2 when the list is full. */
 int test_case_add(test_case *list, int count, int max, const char *prefix, const char *name, test_case_fn run,
                   const void *arg);
 
