@@ -20,6 +20,14 @@ static void describe(const bwd_case *c, char *out, size_t size) {
   if (c->from_forward) strncat(out, " o,lse from forward", size - strlen(out) - 1);
 }
 
+void backward_case_name(const bwd_case *c, int determinism, char *out, size_t size) {
+  fwd_case f = as_forward_case(c);
+  f.with_lse = 0;
+  forward_case_name(&f, out, size);
+  const size_t n = strlen(out);
+  if (n + 1 < size)
+    snprintf(out + n, size - n, "%s%s", c->from_forward ? "_fromfwd" : "", determinism ? "_twice" : "");
+}
 
 int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, int determinism,
                       const char *label) {

@@ -8,12 +8,22 @@ double forward_tolerance(fcl_dtype t) {
   return t == FCL_DTYPE_F32 ? FWD_TOL_F32 : t == FCL_DTYPE_F16 ? FWD_TOL_F16 : FWD_TOL_BF16;
 }
 
+static const char *layouts[] = {"bhnd", "bnhd", "padded"};
+
 void describe_case(const fwd_case *c, char *out, size_t size) {
-  static const char *layouts[] = {"bhnd", "bnhd", "padded"};
   snprintf(out, size, "B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s %s%s", c->b, c->h, c->hkv ? c->hkv : c->h,
            c->nq, c->nk, c->d, dtype_name(c->dtype), c->causal ? " causal" : "", layouts[c->layout],
            c->scale != 0.0f ? " scale" : "");
   mods_describe(&c->mods, out, size);
+}
+
+void forward_case_name(const fwd_case *c, char *out, size_t size) {
+  char hkv[32] = "", scale[32] = "";
+  if (c->hkv) snprintf(hkv, sizeof hkv, "_Hkv%lld", c->hkv);
+  if (c->scale != 0.0f) snprintf(scale, sizeof scale, "_scale%g", (double)c->scale);
+  snprintf(out, size, "B%lld_H%lld%s_Nq%lld_Nk%lld_d%lld_%s%s_%s%s%s", c->b, c->h, hkv, c->nq, c->nk, c->d,
+           dtype_name(c->dtype), c->causal ? "_causal" : "", layouts[c->layout], scale, c->with_lse ? "_lse" : "");
+  mods_name(&c->mods, out, size);
 }
 
 void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,

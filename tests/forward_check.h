@@ -25,6 +25,8 @@ typedef struct fwd_case {
 
 double forward_tolerance(fcl_dtype t);
 void describe_case(const fwd_case *c, char *out, size_t size);
+/* The case's name in test listings, from every field: B2_H3_Nq127_Nk127_d64_f32_causal_bhnd_lse. */
+void forward_case_name(const fwd_case *c, char *out, size_t size);
 
 /* The descriptor of case c over the tensors' layouts. */
 void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,

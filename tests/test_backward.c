@@ -2,9 +2,10 @@
  * differences) over the forward tests' shapes, every dtype, causal alignment both ways, GQA/MQA, strided
  * layouts, the scale, determinism, rows that see no key, an out-of-order queue, several threads on one
  * context, and validation.
- * Usage: test_backward [--small | --quick]
+ * Usage: test_backward [--small | --quick] [--list | --case NAME]
  *   --small   a few small cases (for Oclgrind, which simulates every work-item)
  *   --quick   a cross-section of the full cases (for the small-device plan run)
+ *   --list, --case NAME  list the cases, or run one (test_cases.h)
  *
  * Bounds (backward_check.h), ||grad - ref|| / ||ref|| for each of dQ, dK, dV: f32 5e-6, f16 1e-3,
  * bf16 1.6e-2. Largest measured over six runs of the full case list with different seeds on PoCL
@@ -13,6 +14,7 @@
  * f16 and bf16 are dominated by rounding the gradients to the storage type (2^-11 and 2^-8 relative).
  */
 #include "backward_check.h"
+#include "test_cases.h"
 #include "host_reference.h"
 #include "internal.h" /* fcl_describe_backward */
 
@@ -322,45 +324,79 @@ static void describe_checks(test_env *env) {
         info.work_groups, info.reason);
 }
 
+static void run_listed(test_env *env, const void *arg) {
+  const listed *l = arg;
+  run_backward_case(env, env->queue, &l->c, l->determinism, "backward");
+}
+
+static void run_finite_differences(test_env *env, const void *unused) {
+  (void)env, (void)unused;
+  finite_difference_checks();
+}
+
+static void run_validation(test_env *env, const void *unused) {
+  (void)unused;
+  validation_checks(env);
+}
+
+/* An out-of-order queue: the three kernels must still run in order (explicit events). */
+static void run_out_of_order(test_env *env, const void *unused) {
+  (void)unused;
+  cl_command_queue_properties props = 0;
+  clGetDeviceInfo(env->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+  if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
+    skip("out-of-order queue: the device does not support one");
+    return;
+  }
+  cl_int err;
+  cl_command_queue ooo = clCreateCommandQueue(env->context, env->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+  if (err != CL_SUCCESS) {
+    check(0, "creating an out-of-order queue failed: %d", err);
+    return;
+  }
+  run_backward_case(env, ooo, &(bwd_case){2, 4, 2, 200, 150, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 1,
+                    "backward (out-of-order queue)");
+  clReleaseCommandQueue(ooo);
+}
+
+static void run_threads(test_env *env, const void *unused) {
+  (void)unused;
+  thread_checks(env);
+}
+
+static void run_describe(test_env *env, const void *unused) {
+  (void)unused;
+  describe_checks(env);
+}
+
 int main(int argc, char **argv) {
   int small = 0, quick = 0;
+  test_cli cli = {0, NULL};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--quick")) quick = 1;
-    else {
-      fprintf(stderr, "usage: %s [--small | --quick]\n", argv[0]);
+    else if (!test_cli_option(&cli, argc, argv, &i)) {
+      fprintf(stderr, "usage: %s [--small | --quick] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
   }
-  test_seed();
-  test_env env;
-  if (test_open(&env, NULL)) return 1;
-  if (!small && !quick) finite_difference_checks();
-  listed cases[128];
+  enum { MAX = 140 };
+  static listed cases[128];
+  static test_case list[MAX];
+  int n = 0;
+  if (!small && !quick)
+    n = test_case_add(list, n, MAX, "", "host_gradients_finite_differences", run_finite_differences, NULL);
   const int count = small ? small_cases(cases) : quick ? quick_cases(cases) : full_cases(cases);
-  for (int i = 0; i < count; ++i) run_backward_case(&env, env.queue, &cases[i].c, cases[i].determinism, "backward");
-  validation_checks(&env);
-
-  /* An out-of-order queue: the three kernels must still run in order (explicit events). */
-  if (!small) {
-    cl_command_queue_properties props = 0;
-    clGetDeviceInfo(env.device, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
-      cl_int err;
-      cl_command_queue ooo = clCreateCommandQueue(env.context, env.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-      if (err == CL_SUCCESS) {
-        run_backward_case(&env, ooo, &(bwd_case){2, 4, 2, 200, 150, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0}, 1,
-                          "backward (out-of-order queue)");
-        clReleaseCommandQueue(ooo);
-      } else {
-        check(0, "creating an out-of-order queue failed: %d", err);
-      }
-    } else {
-      skip("out-of-order queue: the device does not support one");
-    }
+  char name[TEST_CASE_NAME_MAX];
+  for (int i = 0; i < count; ++i) {
+    backward_case_name(&cases[i].c, cases[i].determinism, name, sizeof name);
+    n = test_case_add(list, n, MAX, "", name, run_listed, &cases[i]);
   }
-  if (!small) thread_checks(&env);
-  describe_checks(&env);
-  test_close(&env);
-  return test_summary("test_backward");
+  n = test_case_add(list, n, MAX, "", "validation", run_validation, NULL);
+  if (!small) {
+    n = test_case_add(list, n, MAX, "", "out_of_order_queue", run_out_of_order, NULL);
+    n = test_case_add(list, n, MAX, "", "threads", run_threads, NULL);
+  }
+  n = test_case_add(list, n, MAX, "", "describe_plan", run_describe, NULL);
+  return test_cases_main("test_backward", &cli, list, n);
 }

@@ -1,8 +1,11 @@
 /* Decode-shaped forward calls (few query rows, many keys) against the float64 host reference, through
  * whatever split-KV the planner or FLASHCL_FORWARD_SPLITS picks; determinism of the split path; and
  * fcl_attention_merge: the forward over all keys equals the merge of forwards over a partition of them.
- * Usage: test_decode [--small]   (--small: a few cases, for Oclgrind) */
+ * Usage: test_decode [--small] [--list | --case NAME]
+ *   --small              a few cases, for Oclgrind
+ *   --list, --case NAME  list the cases, or run one (test_cases.h) */
 #include "forward_check.h"
+#include "test_cases.h"
 #include "internal.h" /* fcl_describe_plan's splits are public; FCL_MAX_SPLITS */
 
 #include <math.h>
@@ -177,31 +180,64 @@ static void caller_workspace(test_env *env) {
   tensor_release(&q), tensor_release(&k), tensor_release(&v), tensor_release(&o);
 }
 
+/* The case through the forward, labelled with the number of chunks the planner splits its keys into. */
+static void run_decode(test_env *env, const void *arg) {
+  const fwd_case *c = arg;
+  fcl_plan_info info;
+  memset(&info, 0, sizeof info);
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
+  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d, desc.dtype = c->dtype;
+  desc.causal = c->causal;
+  fcl_describe_plan(env->fcl, FCL_OP_FORWARD, &desc, &info);
+  char label[48];
+  snprintf(label, sizeof label, "decode (%d chunk%s)", info.splits, info.splits == 1 ? "" : "s");
+  run_forward_case(env, env->queue, c, fcl_attention_forward, label);
+}
+
+static void run_determinism(test_env *env, const void *unused) {
+  (void)unused;
+  determinism(env);
+}
+
+static void run_merge(test_env *env, const void *arg) {
+  const int t = *(const int *)arg;
+  merge_property(env, dtypes[t], t == 1);
+}
+
+static void run_caller_workspace(test_env *env, const void *unused) {
+  (void)unused;
+  caller_workspace(env);
+}
+
 int main(int argc, char **argv) {
-  int small = argc > 1 && !strcmp(argv[1], "--small");
-  test_seed();
-  test_env env;
-  if (test_open(&env, NULL)) return 1;
-  fwd_case cases[64];
+  int small = 0;
+  test_cli cli = {0, NULL};
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!test_cli_option(&cli, argc, argv, &i)) {
+      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
+      return 2;
+    }
+  }
+  enum { MAX = 72 };
+  static fwd_case cases[64];
+  static test_case list[MAX];
+  static const int merge_dtypes[3] = {0, 1, 2};
   const int count = small ? small_cases(cases) : full_cases(cases);
+  int n = 0;
+  char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
-    fcl_plan_info info;
-    memset(&info, 0, sizeof info);
-    fcl_attention_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = cases[i].b, desc.num_heads = cases[i].h, desc.num_kv_heads = cases[i].hkv;
-    desc.seqlen_q = cases[i].nq, desc.seqlen_k = cases[i].nk, desc.head_dim = cases[i].d, desc.dtype = cases[i].dtype;
-    desc.causal = cases[i].causal;
-    fcl_describe_plan(env.fcl, FCL_OP_FORWARD, &desc, &info);
-    char label[48];
-    snprintf(label, sizeof label, "decode (%d chunk%s)", info.splits, info.splits == 1 ? "" : "s");
-    run_forward_case(&env, env.queue, &cases[i], fcl_attention_forward, label);
+    forward_case_name(&cases[i], name, sizeof name);
+    n = test_case_add(list, n, MAX, "", name, run_decode, &cases[i]);
   }
   if (!small) {
-    determinism(&env);
-    for (int t = 0; t < 3; ++t) merge_property(&env, dtypes[t], t == 1);
-    caller_workspace(&env);
+    n = test_case_add(list, n, MAX, "", "determinism", run_determinism, NULL);
+    n = test_case_add(list, n, MAX, "", "merge_f32", run_merge, &merge_dtypes[0]);
+    n = test_case_add(list, n, MAX, "", "merge_f16_sinks", run_merge, &merge_dtypes[1]);
+    n = test_case_add(list, n, MAX, "", "merge_bf16", run_merge, &merge_dtypes[2]);
+    n = test_case_add(list, n, MAX, "", "caller_workspace", run_caller_workspace, NULL);
   }
-  test_close(&env);
-  return test_summary("test_decode");
+  return test_cases_main("test_decode", &cli, list, n);
 }

@@ -1,12 +1,15 @@
 /* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
  * alignment, GQA/MQA, strided layouts, the optional lse and the score modifiers (window, softcap, ALiBi,
  * additive mask, sinks) alone and together.
- * Usage: test_forward [--small] [--reference]
+ * Usage: test_forward [--small] [--reference] [--list | --case NAME]
  *   --small      a few small cases (for Oclgrind, which simulates every work-item)
- *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, and a score matrix too
- *                large for one buffer, which must give FCL_ERROR_OUT_OF_RESOURCES */
+ *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, the small ones again on an
+ *                out-of-order queue, and a score matrix too large for one buffer, which must give
+ *                FCL_ERROR_OUT_OF_RESOURCES
+ *   --list, --case NAME  list the cases, or run one (test_cases.h) */
 #include "forward_check.h"
 #include "internal.h" /* fcl_parse_forward_shape */
+#include "test_cases.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -202,42 +205,66 @@ static void reference_extent_one_strides(test_env *env) {
   clReleaseMemObject(blse);
 }
 
+static void run_forward(test_env *env, const void *c) {
+  if (!forced_shape_unavailable(env, c, "forward"))
+    run_forward_case(env, env->queue, c, fcl_attention_forward, "forward");
+}
+
+static void run_reference(test_env *env, const void *c) {
+  run_forward_case(env, env->queue, c, fcl_attention_reference, "reference");
+}
+
+/* An out-of-order queue: the steps of the reference path must still run in order. */
+static void run_reference_out_of_order(test_env *env, const void *c) {
+  cl_int err;
+  cl_command_queue ooo = clCreateCommandQueue(env->context, env->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+  if (err != CL_SUCCESS) {
+    skip("reference on an out-of-order queue: the device has none (%d)", (int)err);
+    return;
+  }
+  run_forward_case(env, ooo, c, fcl_attention_reference, "reference out-of-order");
+  clReleaseCommandQueue(ooo);
+}
+
+static void run_reference_too_large(test_env *env, const void *unused) {
+  (void)unused;
+  reference_too_large(env);
+}
+
+static void run_reference_extent_one_strides(test_env *env, const void *unused) {
+  (void)unused;
+  reference_extent_one_strides(env);
+}
+
 int main(int argc, char **argv) {
   int small = 0, reference = 0;
+  test_cli cli = {0, NULL};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--reference")) reference = 1;
-    else {
-      fprintf(stderr, "usage: %s [--small] [--reference]\n", argv[0]);
+    else if (!test_cli_option(&cli, argc, argv, &i)) {
+      fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
   }
-  test_seed();
-  test_env env;
-  if (test_open(&env, NULL)) return 1;
-  fwd_case cases[192];
+  enum { MAX = 200 };
+  static fwd_case cases[MAX], few[8];
+  static test_case list[MAX];
   const int count = small ? small_cases(cases) : modifier_cases(cases, full_cases(cases));
-  for (int i = 0; i < count; ++i)
-    if (reference || !forced_shape_unavailable(&env, &cases[i], "forward"))
-      run_forward_case(&env, env.queue, &cases[i], reference ? fcl_attention_reference : fcl_attention_forward,
-                       reference ? "reference" : "forward");
-  if (reference) {
-    /* An out-of-order queue: the steps of the reference path must still run in order. */
-    cl_int err;
-    cl_command_queue ooo = clCreateCommandQueue(env.context, env.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    if (err == CL_SUCCESS) {
-      fwd_case few[8];
-      const int nfew = small_cases(few);
-      for (int i = 0; i < nfew; ++i) run_forward_case(&env, ooo, &few[i], fcl_attention_reference, "reference out-of-order");
-      clReleaseCommandQueue(ooo);
-    } else {
-      skip("reference on an out-of-order queue: the device has none (%d)", (int)err);
-    }
-    reference_too_large(&env);
-    reference_extent_one_strides(&env);
+  int n = 0;
+  char name[TEST_CASE_NAME_MAX];
+  for (int i = 0; i < count; ++i) {
+    forward_case_name(&cases[i], name, sizeof name);
+    n = test_case_add(list, n, MAX, "", name, reference ? run_reference : run_forward, &cases[i]);
   }
-  test_close(&env);
-  const int rc = test_summary("test_forward");
-  /* Nothing ran, everything was skipped (e.g. a forced shape this device cannot run): CTest's "skipped". */
-  return rc == 0 && test_passed == 0 && test_skipped > 0 ? 77 : rc;
+  if (reference) {
+    const int nfew = small_cases(few);
+    for (int i = 0; i < nfew; ++i) {
+      forward_case_name(&few[i], name, sizeof name);
+      n = test_case_add(list, n, MAX, "out_of_order/", name, run_reference_out_of_order, &few[i]);
+    }
+    n = test_case_add(list, n, MAX, "", "score_matrix_too_large", run_reference_too_large, NULL);
+    n = test_case_add(list, n, MAX, "", "extent_one_strides", run_reference_extent_one_strides, NULL);
+  }
+  return test_cases_main("test_forward", &cli, list, n);
 }

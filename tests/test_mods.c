@@ -1,6 +1,7 @@
 #include "test_mods.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,4 +106,27 @@ void mods_describe(const test_mods *m, char *out, size_t size) {
   if (n < size && m->alibi) n += (size_t)snprintf(out + n, size - n, " alibi%s", m->alibi == 2 ? "[B,H]" : "[H]");
   if (n < size && m->mask) n += (size_t)snprintf(out + n, size - n, "%s%s", masks[m->mask], m->hide_rows ? " hidden-rows" : "");
   if (n < size && m->sinks) snprintf(out + n, size - n, " sinks");
+}
+
+static void append(char *out, size_t size, const char *fmt, ...) {
+  const size_t n = strlen(out);
+  if (n + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + n, size - n, fmt, ap);
+  va_end(ap);
+}
+
+void mods_name(const test_mods *m, char *out, size_t size) {
+  static const char *masks[] = {"", "_mask-f32", "_mask-ggml-f16", "_mask-head-bf16"};
+  if (m->window) {
+    char left[24] = "inf", right[24] = "inf";
+    if (m->left >= 0) snprintf(left, sizeof left, "%lld", m->left);
+    if (m->right >= 0) snprintf(right, sizeof right, "%lld", m->right);
+    append(out, size, "_window%s_%s", left, right);
+  }
+  if (m->softcap > 0) append(out, size, "_softcap%g", (double)m->softcap);
+  if (m->alibi) append(out, size, "_alibi-%s", m->alibi == 2 ? "bh" : "h");
+  if (m->mask) append(out, size, "%s%s", masks[m->mask], m->hide_rows ? "_hidden-rows" : "");
+  if (m->sinks) append(out, size, "_sinks");
 }

@@ -32,5 +32,8 @@ int mods_create(test_env *env, const test_mods *m, fcl_attention_desc *desc, mod
 void mods_release(mod_buffers *b);
 /* Appends a short description of m ("" for none) to out. */
 void mods_describe(const test_mods *m, char *out, size_t size);
+/* Appends m's part of a case name ("" for none): _window5_3 (_inf: unbounded side), _softcap0.5, _alibi-h,
+   _alibi-bh, _mask-f32, _mask-ggml-f16, _mask-head-bf16, _hidden-rows, _sinks. */
+void mods_name(const test_mods *m, char *out, size_t size);
 
 #endif

@@ -138,6 +138,13 @@ void test_seed(void) {
 
 unsigned long long test_seed_value(void) { return seed_value; }
 
+void test_reseed(const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+  for (const char *c = name; *c; ++c) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+  rng_state = (seed_value ^ h) * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull;
+  if (!rng_state) rng_state = 1;
+}
+
 double test_uniform(void) {
   if (!rng_state) {
     pthread_mutex_lock(&seed_lock);

@@ -25,6 +25,8 @@ void test_close(test_env *env);
 void test_seed(void);
 unsigned long long test_seed_value(void);
 double test_uniform(void); /* in [-1, 1) */
+/* Restarts the calling thread's stream from the seed and a name: the same name draws the same numbers. */
+void test_reseed(const char *name);
 
 /* dtype storage. */
 size_t dtype_size(fcl_dtype t);

@@ -1,0 +1,15 @@
+# Included by CTest (TEST_INCLUDE_FILES) through the file flashcl_case_tests writes for a group: one test
+# <group>/<case> per line of the group's case list, running `<launcher> <exe> <args> --case <case>` with
+# the group's environment. Reading the list at test time rather than writing tests at build time keeps
+# the environment and properties in step with the last configure.
+# Set by the includer: group, names_file, launcher, exe, args, environment, properties (;-lists).
+if(NOT EXISTS "${names_file}")
+  # Not built yet: one test that fails and says so, rather than a suite that silently lacks these cases.
+  add_test("${group}_NOT_BUILT" "${group}_NOT_BUILT")
+  return()
+endif()
+file(STRINGS "${names_file}" names)
+foreach(name IN LISTS names)
+  add_test("${group}/${name}" ${launcher} "${exe}" ${args} --case "${name}")
+  set_tests_properties("${group}/${name}" PROPERTIES ENVIRONMENT "${environment}" SKIP_RETURN_CODE 77 ${properties})
+endforeach()
