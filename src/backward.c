@@ -48,12 +48,7 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
      fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
   uint64_t r[4][2], m[3][2];
   size_t rows = 0;
-  if ((st = fcl_row_count(p, &rows)) ||
-      (st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
-      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
-      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
-      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
-    return st;
+  if ((st = fcl_row_count(p, &rows)) || (st = fcl_attention_bytes(p, r))) return st;
   fcl_modifier_bytes(p, m[0], m[1], m[2]);
   const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
                                  {k, r[1][0], r[1][1], 0, "k"},
@@ -101,21 +96,7 @@ static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dty
 
 /* Work-items of the d_sinks reduction: a power of two the device and kernel admit. */
 static fcl_status dsinks_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_out) {
-  size_t wg = 256;
-  while (wg > fcl_work_group_limit(&ctx->caps, 0) && wg > 1) wg /= 2;
-  for (;;) {
-    char defines[64];
-    snprintf(defines, sizeof defines, "-DBWD_KIND=3 -DDTYPE=0 -DWG=%zu", wg);
-    fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_dsinks", defines, kernel);
-    if (st) return st;
-    size_t limit = 0;
-    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
-    if (wg <= limit) break;
-    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the d_sinks kernel admits no work-group on %s", ctx->caps.device_name);
-    wg /= 2;
-  }
-  *wg_out = wg;
-  return FCL_SUCCESS;
+  return fcl_get_kernel_wg(ctx, backward_files, 2, "flash_bwd_dsinks", "-DBWD_KIND=3 -DDTYPE=0", 256, kernel, wg_out);
 }
 
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],

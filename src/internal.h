@@ -146,6 +146,11 @@ typedef struct fcl_program_entry fcl_program_entry;
    lock before the call may have changed after it. */
 fcl_status fcl_get_kernel(fcl_context *ctx, const char *const *files, int num_files, const char *name,
                           const char *defines, cl_kernel *out);
+/* fcl_get_kernel for a kernel whose work-group size is its -DWG define: the largest power of two up to max_wg
+   that the device and the built kernel admit (*wg); FCL_ERROR_UNSUPPORTED when none does. Caller holds
+   ctx->lock. */
+fcl_status fcl_get_kernel_wg(fcl_context *ctx, const char *const *files, int num_files, const char *name,
+                             const char *defines, size_t max_wg, cl_kernel *out, size_t *wg);
 
 typedef struct fcl_embedded_source {
   const char *name;
@@ -399,6 +404,8 @@ fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 /* ---- launch.c: validation of the forward's arguments and the kernel arguments every attention kernel
    shares; forward.c: selection and enqueue of the forward (also used by fcl_describe_plan and the tuner) ---- */
 
+/* The byte ranges [first, end) of q, k, v and o (r[0..3]) that p reaches, for fcl_check_aliasing. */
+fcl_status fcl_attention_bytes(const fcl_problem *p, uint64_t r[4][2]);
 /* Validates the forward's arguments into *p: the descriptor, every buffer (workspace: optional, a
    caller's split-KV scratch, an output), the queue and the wait list. */
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,

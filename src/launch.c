@@ -23,11 +23,7 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
   if (workspace) FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof ws_size, &ws_size, NULL));
   /* The outputs must not share memory with an input or each other. */
   uint64_t r[4][2], m[3][2];
-  if ((st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
-      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
-      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
-      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
-    return st;
+  if ((st = fcl_attention_bytes(p, r))) return st;
   fcl_modifier_bytes(p, m[0], m[1], m[2]);
   const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
                                  {k, r[1][0], r[1][1], 0, "k"},
@@ -65,5 +61,15 @@ fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem
   FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->mask ? &p->mask : NULL));
   for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_long), &mask[i]));
   FCL_CL_CHECK(clSetKernelArg(kernel, (*a)++, sizeof(cl_mem), p->sinks ? &p->sinks : NULL));
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_attention_bytes(const fcl_problem *p, uint64_t r[4][2]) {
+  fcl_status st;
+  if ((st = fcl_tensor_bytes(p, "q", p->heads, p->nq, p->q_stride, p->q_offset, &r[0][0], &r[0][1])) ||
+      (st = fcl_tensor_bytes(p, "k", p->kv_heads, p->nk, p->k_stride, p->k_offset, &r[1][0], &r[1][1])) ||
+      (st = fcl_tensor_bytes(p, "v", p->kv_heads, p->nk, p->v_stride, p->v_offset, &r[2][0], &r[2][1])) ||
+      (st = fcl_tensor_bytes(p, "o", p->heads, p->nq, p->o_stride, p->o_offset, &r[3][0], &r[3][1])))
+    return st;
   return FCL_SUCCESS;
 }

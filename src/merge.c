@@ -10,22 +10,10 @@ static const char *const combine_files[] = {"common.cl", "combine.cl"};
 /* Work-items of the combine kernel: up to 64, a power of two the device and kernel admit. */
 static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int part_in_dtype, cl_kernel *kernel,
                                  size_t *wg_out) {
-  size_t wg = 64;
-  while (wg > fcl_work_group_limit(&ctx->caps, 0) && wg > 1) wg /= 2;
-  for (;;) {
-    char defines[128];
-    snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d -DWG=%zu%s", (int)p->dtype, part_in_dtype,
-             (int)p->d, wg, p->sinks ? " -DSINKS=1" : "");
-    fcl_status st = fcl_get_kernel(ctx, combine_files, 2, "fcl_combine", defines, kernel);
-    if (st) return st;
-    size_t limit = 0;
-    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
-    if (wg <= limit) break;
-    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the combine kernel admits no work-group on %s", ctx->caps.device_name);
-    wg /= 2;
-  }
-  *wg_out = wg;
-  return FCL_SUCCESS;
+  char defines[128];
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d%s", (int)p->dtype, part_in_dtype, (int)p->d,
+           p->sinks ? " -DSINKS=1" : "");
+  return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 64, kernel, wg_out);
 }
 
 fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,

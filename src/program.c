@@ -196,6 +196,36 @@ done:
   return st;
 }
 
+fcl_status fcl_get_kernel_wg(fcl_context *ctx, const char *const *files, int num_files, const char *name,
+                             const char *defines, size_t max_wg, cl_kernel *out, size_t *wg) {
+  size_t n = max_wg;
+  while (n > fcl_work_group_limit(&ctx->caps, 0) && n > 1) n /= 2;
+  char *all = malloc(strlen(defines) + 32);
+  if (!all) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
+  fcl_status st;
+  for (;;) {
+    sprintf(all, "%s -DWG=%zu", defines, n);
+    if ((st = fcl_get_kernel(ctx, files, num_files, name, all, out))) break;
+    size_t limit = 0;
+    const cl_int err = clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL);
+    if (err != CL_SUCCESS) {
+      st = fcl_cl_failure("clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)", err);
+      break;
+    }
+    if (n <= limit) {
+      *wg = n;
+      break;
+    }
+    if (n == 1) {
+      st = fcl_fail(FCL_ERROR_UNSUPPORTED, "the kernel %s admits no work-group on %s", name, ctx->caps.device_name);
+      break;
+    }
+    n /= 2;
+  }
+  free(all);
+  return st;
+}
+
 void fcl_release_programs(fcl_context *ctx) {
   fcl_program_entry *e = ctx->programs;
   while (e) {

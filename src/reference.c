@@ -157,21 +157,9 @@ static const char *const ref_files[] = {"common.cl", "softmax.cl"};
 
 /* Work-group size of the softmax kernel: a power of two up to 256 that the device and kernel admit. */
 static fcl_status softmax_kernel(fcl_context *ctx, const char *mods, cl_kernel *kernel, size_t *wg_out) {
-  size_t wg = 256;
-  while (wg > ctx->caps.max_work_group_size && wg > 1) wg /= 2;
-  for (;;) {
-    char defines[160];
-    snprintf(defines, sizeof defines, "-DDTYPE=0 -DWG=%zu%s", wg, mods);
-    fcl_status st = fcl_get_kernel(ctx, ref_files, 2, "fcl_softmax_rows", defines, kernel);
-    if (st) return st;
-    size_t limit = 0;
-    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL));
-    if (wg <= limit) break;
-    if (wg == 1) return fcl_fail(FCL_ERROR_UNSUPPORTED, "the softmax kernel admits no work-group on %s", ctx->caps.device_name);
-    wg /= 2;
-  }
-  *wg_out = wg;
-  return FCL_SUCCESS;
+  char defines[160];
+  snprintf(defines, sizeof defines, "-DDTYPE=0%s", mods);
+  return fcl_get_kernel_wg(ctx, ref_files, 2, "fcl_softmax_rows", defines, 256, kernel, wg_out);
 }
 
 /* CLBlast 1.5 (Debian 12's) fills its kernel and database caches without enough locking: concurrent first
