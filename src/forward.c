@@ -157,11 +157,14 @@ fcl_status fcl_enqueue_forward(cl_command_queue queue, const fcl_problem *p, con
 static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t,
                                 cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
                                 cl_uint num_wait, const cl_event *wait, cl_event *event) {
-  const size_t bytes = split_bytes(p, t->splits);
   size_t rows = 0;
   fcl_status st = fcl_row_count(p, &rows);
   if (st) return st;
+  const size_t bytes = split_bytes(p, t->splits);
   if (!bytes) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "split-KV partials of %d chunks are too large", t->splits);
+  /* The combine is built and checked first, so a refusal leaves nothing enqueued. */
+  fcl_combine combine;
+  if ((st = fcl_prepare_combine(ctx, p, 0, (cl_uint)t->splits, &combine))) return st;
   cl_mem part = workspace;
   cl_event last = NULL;
   if (workspace) {
@@ -196,7 +199,7 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
     fcl_chain_push(&ch);
   }
   if (!st && !(st = fcl_chain_next(&ch, &nw, &w, &ev))) {
-    st = fcl_enqueue_combine(ctx, queue, p, &parts, o, lse, nw, w, ev);
+    st = fcl_enqueue_combine(queue, p, &combine, &parts, o, lse, nw, w, ev);
     fcl_chain_push(&ch);
   }
   const fcl_status end = fcl_chain_end(&ch, st ? NULL : &done);

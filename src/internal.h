@@ -445,9 +445,16 @@ typedef struct fcl_merge_parts {
   cl_uint count;
   int in_dtype;
 } fcl_merge_parts;
+/* The combine kernel for parts of in_dtype and its work-group, checked against the loop budget for count
+   parts: prepared before anything of the operation is enqueued. Caller holds ctx->lock. */
+typedef struct fcl_combine {
+  cl_kernel kernel;
+  size_t wg;
+} fcl_combine;
+fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dtype, cl_uint count, fcl_combine *out);
 /* Enqueues the combine of parts into o (p's dtype and o layout) and lse (optional), adding p's sinks once.
    Caller holds ctx->lock. */
-fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
+fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, const fcl_combine *c,
                                const fcl_merge_parts *parts, cl_mem o, cl_mem lse, cl_uint num_wait,
                                const cl_event *wait, cl_event *event);
 

@@ -16,14 +16,17 @@ static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int par
   return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 64, kernel, wg_out);
 }
 
-fcl_status fcl_enqueue_combine(fcl_context *ctx, cl_command_queue queue, const fcl_problem *p,
+fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dtype, cl_uint count,
+                               fcl_combine *out) {
+  fcl_status st = combine_kernel(ctx, p, in_dtype, &out->kernel, &out->wg);
+  return st ? st : fcl_combine_within_budget(&ctx->caps, (int64_t)count, p->d, out->wg);
+}
+
+fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, const fcl_combine *c,
                                const fcl_merge_parts *parts, cl_mem o, cl_mem lse, cl_uint num_wait,
                                const cl_event *wait, cl_event *event) {
-  cl_kernel kernel;
-  size_t wg = 0;
-  fcl_status st = combine_kernel(ctx, p, parts->in_dtype, &kernel, &wg);
-  if (!st) st = fcl_combine_within_budget(&ctx->caps, (int64_t)parts->count, p->d, wg);
-  if (st) return st;
+  const cl_kernel kernel = c->kernel;
+  size_t wg = c->wg;
   cl_uint a = 0;
   const cl_long part_layout[5] = {parts->offset, parts->stride[0], parts->stride[1], parts->stride[2], parts->part_stride};
   const cl_long o_layout[4] = {p->o_offset, p->o_stride[0], p->o_stride[1], p->o_stride[2]};
@@ -87,7 +90,9 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
   const fcl_merge_parts parts = {o_parts, p.o_offset, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, parts_stride,
                                  lse_parts, 0, num_parts, 1};
   pthread_mutex_lock(&ctx->lock);
-  st = fcl_enqueue_combine(ctx, queue, &p, &parts, o, lse, num_wait, wait, event);
+  fcl_combine c;
+  st = fcl_prepare_combine(ctx, &p, 1, num_parts, &c);
+  if (!st) st = fcl_enqueue_combine(queue, &p, &c, &parts, o, lse, num_wait, wait, event);
   pthread_mutex_unlock(&ctx->lock);
   return st;
 }
