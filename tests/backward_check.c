@@ -151,11 +151,25 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   }
   if (prev) clReleaseEvent(prev);
 
-  /* d_sinks: a sum over batches and rows in float32, compared as one vector. */
-  double es = 0, ms = 0;
+  /* d_sinks[h] = -sum over (b, i) of exp(sink - lse) * D_i, D_i = dO_i . O_i: the terms' signs cancel, so the
+     error is measured against the sum of their magnitudes, which is what O's storage rounding scales with. */
+  double es = 0;
   if (d_sinks) {
     float got[64];
-    es = read_floats(env, d_sinks, got, (size_t)c->h) == 0 ? rel_error(got, ref_dsinks, (size_t)c->h, &ms) : INFINITY;
+    es = read_floats(env, d_sinks, got, (size_t)c->h) == 0 ? 0 : INFINITY;
+    for (long long h = 0; h < c->h && es < INFINITY; ++h) {
+      double magnitude = 0;
+      for (long long b = 0; b < c->b; ++b)
+        for (long long i = 0; i < c->nq; ++i) {
+          const size_t r = (size_t)((b * c->h + h) * c->nq + i);
+          if (rlse[r] == -INFINITY) continue;
+          double m = 0;
+          for (long long d = 0; d < c->d; ++d) m += fabs(rdo[r * (size_t)c->d + (size_t)d] * ro[r * (size_t)c->d + (size_t)d]);
+          magnitude += exp(mb.host.sinks[h] - rlse[r]) * m;
+        }
+      const double e = fabs(got[h] - ref_dsinks[h]) / (magnitude > 0 ? magnitude : 1);
+      es = e > es ? e : es;
+    }
   }
   double mq, mk, mv;
   const double eq = rel_error(first[0], gq, nq_elems, &mq);
@@ -173,12 +187,13 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
     }
   }
   const double tol = backward_tolerance(c->dtype);
-  /* d_sinks sums D_i = dO_i . O_i with signs that cancel, and each D_i carries O's storage rounding, so its
-     relative error can exceed the gradients' (seen: 1.4e-3 in f16 against the dQ/dK/dV bound of 1e-3). */
-  const double tol_sinks = 4 * tol;
+  /* Each O element is rounded to the storage type (relative 2^-11 in f16, 2^-8 in bf16) and D_i is summed in
+     float32 over d terms: twice that is the bound, so an error in the kernel's sink term stands out. */
+  const double unit = c->dtype == FCL_DTYPE_F16 ? 0x1p-11 : c->dtype == FCL_DTYPE_BF16 ? 0x1p-8 : 0x1p-24;
+  const double tol_sinks = 2 * (unit + (double)c->d * 0x1p-24);
   const int ok = eq <= tol && ek <= tol && ev <= tol && es <= tol_sinks && same && nonzero == 0;
-  char sinks_text[64] = "";
-  if (d_sinks) snprintf(sinks_text, sizeof sinks_text, ", d_sinks rel %.2e (bound %.0e)", es, tol_sinks);
+  char sinks_text[96] = "";
+  if (d_sinks) snprintf(sinks_text, sizeof sinks_text, ", d_sinks error / sum of |terms| %.2e (bound %.1e)", es, tol_sinks);
   check(ok, "%s %s: rel dq %.2e dk %.2e dv %.2e (bound %.0e), max abs %.1e %.1e %.1e%s%s%s", label, what, eq, ek, ev,
         tol, mq, mk, mv, sinks_text, determinism ? (same ? ", 2 runs bitwise equal" : ", RUNS DIFFER") : "",
         empty_rows ? (nonzero ? ", NONZERO dq in rows with no key" : ", rows with no key: dq = 0") : "");
