@@ -115,6 +115,31 @@ typedef struct fcl_attention_desc {
                                   denominator (exp(sink - max)), contributing nothing to O; NULL: off */
   cl_mem d_sinks;              /* backward only, optional: float32 [num_heads] receives dL/dsink (summed
                                   over batch and rows); NULL: not computed. The forward ignores it. */
+
+  /* ---- Variable-length batches and paged K/V (0.2). NULL and zero: dense tensors, the 0.1 meaning. ----
+     Sequence b has its own lengths nq_b, nk_b; its query row i sits at key position p = i + nk_b - nq_b,
+     and the window, ALiBi and the mask use that p and the sequence's own i and j. seqlen_q and seqlen_k
+     are then the longest sequence's lengths (FA2's max_seqlen_q, max_seqlen_k). The int32 buffers below
+     come from the caller's scheduler and are not trusted: whatever they hold, no kernel reads or writes
+     outside a buffer (docs/api.md, "Untrusted indices", says what the output is then). */
+  cl_mem cu_seqlens_q;        /* int32 [batch + 1], non-decreasing from 0: sequence b's queries are rows
+                                 cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and o, packed
+                                 [total_q, num_heads, head_dim] (q_stride[0], o_stride[0] unused; zero strides
+                                 mean that packing); lse is then float32 [num_heads, total_q] */
+  int64_t total_q;            /* with cu_seqlens_q: the rows q and o hold (FA2's q.shape[0]) */
+  cl_mem cu_seqlens_k;        /* int32 [batch + 1]: the same for dense k and v, packed [total_k, kv_heads,
+                                 head_dim] */
+  int64_t total_k;            /* with cu_seqlens_k: the rows k and v hold */
+  cl_mem seqlens_k;           /* int32 [batch]: sequence b attends to its first seqlens_k[b] keys, at most
+                                 seqlen_k (FA2's cache_seqlens, vLLM's seq_lens); NULL: all of them */
+  cl_mem block_table;         /* int32 [batch, block_table_stride]: paged k and v. Key j of sequence b is row
+                                 j % block_size of block block_table[b * block_table_stride + j / block_size]
+                                 of the pools k and v, whose k_stride, v_stride step (block, kv head, row in
+                                 the block); zero strides: contiguous [num_blocks, kv_heads, block_size,
+                                 head_dim]. seqlen_k is at most block_table_stride * block_size. */
+  int64_t block_table_stride; /* entries per sequence of block_table (max_blocks_per_seq) */
+  int64_t block_size;         /* keys per block: 1 .. 1024 */
+  int64_t num_blocks;         /* blocks in each of the pools k and v */
 } fcl_attention_desc;
 
 /* O = softmax(modified scale * Q K^T) V. lse (optional, float32 [batch, num_heads, seqlen_q]) receives
@@ -170,6 +195,28 @@ FCL_API fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue que
                                           cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o,
                                           cl_mem d_q, cl_mem d_k, cl_mem d_v, cl_mem workspace,
                                           cl_uint num_wait, const cl_event *wait, cl_event *event);
+
+/* ---- Paged KV cache: appending new tokens' keys and values ---- */
+
+typedef struct fcl_kv_append_desc {
+  int64_t num_tokens, num_kv_heads, head_dim;
+  fcl_dtype dtype;               /* of the new rows and the pools */
+  int64_t block_size, num_blocks; /* the pools' geometry, as in fcl_attention_desc */
+  /* elements between (token, head) of k_new and v_new; zero: packed [num_tokens, num_kv_heads, head_dim] */
+  int64_t k_new_stride[2], v_new_stride[2];
+  int64_t k_new_offset, v_new_offset;
+  /* elements between (block, head, row in the block) of the pools; zero: contiguous
+     [num_blocks, num_kv_heads, block_size, head_dim] */
+  int64_t k_pool_stride[3], v_pool_stride[3];
+  int64_t k_pool_offset, v_pool_offset;
+} fcl_kv_append_desc;
+
+/* Writes token t's keys and values (every head) into the pools at slot slots[t] = block * block_size +
+   row (int64 [num_tokens], vLLM's slot_mapping); a slot of -1 skips the token, and so does any slot
+   outside [0, num_blocks * block_size) (an untrusted index never writes outside the pools). One kernel. */
+FCL_API fcl_status fcl_kv_cache_append(fcl_context *ctx, cl_command_queue queue, const fcl_kv_append_desc *desc,
+                                       cl_mem k_new, cl_mem v_new, cl_mem slots, cl_mem k_pool, cl_mem v_pool,
+                                       cl_uint num_wait, const cl_event *wait, cl_event *event);
 
 /* ---- Introspection: what the library detected and would run (used by flashcl-probe). ---- */
 
