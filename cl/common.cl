@@ -170,6 +170,92 @@ inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk)
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)
 
+/* ---- Sequences: where sequence b's query rows and key rows are (dense, varlen, paged), from the
+ * caller's untrusted index buffers. Switches (-D, 0 when absent): VARLEN_Q (q, o packed by cu_q; lse
+ * [heads][total_q]), KV (0 dense [batch] tensors, 1 packed by cu_k, 2 paged through the block table),
+ * SEQLENS_K (each sequence's key count from seqlens_k).
+ * An index that does not fit is never followed: a sequence with bad cu_q entries is skipped (its rows are
+ * not written; no row could be trusted to be its own), one with bad cu_k or seqlens_k entries gets NaN O and
+ * lse in every row, and a block-table entry outside the pool reads NaN keys and values, so exactly the rows
+ * that see those keys become NaN. */
+#ifndef VARLEN_Q
+#define VARLEN_Q 0
+#endif
+#ifndef KV
+#define KV 0
+#endif
+#ifndef SEQLENS_K
+#define SEQLENS_K 0
+#endif
+
+/* The sequence arguments every attention kernel takes after the modifiers (fcl_set_sequence_args). */
+#define FCL_SEQ_ARGS                                                                                   \
+  __global const int *cu_q, __global const int *cu_k, __global const int *seqlens_k,                 \
+      __global const int *block_table, long table_stride, int block_size, int num_blocks, int total_q, \
+      int total_k
+
+typedef struct fcl_seq {
+  int nq, nk;      /* this sequence's query rows and keys */
+  long q_row;      /* packed row of its first query (VARLEN_Q), else 0 */
+  long k_row;      /* packed row of its first key (KV 1), else 0 */
+  bool bad;        /* a key index of this sequence did not fit: its rows' O and lse are NaN */
+  __global const int *table; /* KV 2: its row of the block table */
+  int block_size, num_blocks; /* KV 2: the pools' geometry */
+} fcl_seq;
+
+/* A packed range [cu[b], cu[b + 1]) that fits in [0, total) and is at most max long; else (-1, 0). */
+inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) {
+  const int lo = cu[b], hi = cu[b + 1];
+  return lo >= 0 && hi >= lo && hi <= total && hi - lo <= max ? (int2)(lo, hi - lo) : (int2)(-1, 0);
+}
+
+/* Sequence b of a launch whose longest sequences have nq_max query rows and nk_max keys. */
+#define FCL_SEQ_INIT(s, b, nq_max, nk_max)                                                    \
+  do {                                                                                      \
+    (s).nq = (nq_max), (s).nk = (nk_max), (s).q_row = 0, (s).k_row = 0, (s).bad = false;   \
+    (s).table = block_table, (s).block_size = block_size, (s).num_blocks = num_blocks;     \
+    if (VARLEN_Q) {                                                                         \
+      const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max));                       \
+      (s).q_row = max(r_.x, 0), (s).nq = r_.y;                                              \
+    }                                                                                       \
+    if (KV == 1) {                                                                          \
+      const int2 r_ = fcl_packed_range(cu_k, (b), total_k, (nk_max));                       \
+      (s).k_row = max(r_.x, 0), (s).nk = r_.y, (s).bad |= r_.x < 0;                         \
+    }                                                                                       \
+    if (SEQLENS_K) {                                                                        \
+      const int n_ = seqlens_k[b];                                                          \
+      (s).bad |= n_ < 0 || n_ > (s).nk;                                                     \
+      (s).nk = (s).bad ? 0 : n_;                                                            \
+    }                                                                                       \
+    if (KV == 2) (s).table = block_table + (long)(b) * table_stride;                        \
+  } while (0)
+
+/* Element offset of key j's row from its (batch or pool, kv head) base, given the tensor's block or batch
+   stride sb and row stride sn; -1 when a paged key's block is outside the pool (the host has checked that
+   every key below seqlen_k has a table entry). */
+inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {
+#if KV == 2
+  const int e = j / s->block_size, blk = s->table[e];
+  return blk >= 0 && blk < s->num_blocks ? (long)blk * sb + (long)(j - e * s->block_size) * sn : -1;
+#else
+  (void)s, (void)sb;
+  return (long)j * sn;
+#endif
+}
+
+/* Cooperative load of key rows j0.. of K or V (fcl_key_offset's addressing) into a local [rows][DS] tile as
+   LOAD_TILE does; a row of a block outside the pool loads as NaN. */
+#define LOAD_KEY_TILE(dst, src, sb, sn, seq, j0, rows)                                           \
+  for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
+    const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
+    float x_ = 0.0f;                                                                             \
+    if ((j0) + r_ < (seq).nk && c_ < D) {                                                        \
+      const long off_ = fcl_key_offset(&(seq), (j0) + r_, (sb), (sn));                           \
+      x_ = off_ >= 0 ? LOAD(src, off_ + c_) : NAN;                                               \
+    }                                                                                            \
+    (dst)[r_ * DS + c_] = x_;                                                                    \
+  }
+
 /* ---- Split-KV: a launch's work-groups also cover `splits` chunks of each row block's visible key tiles
  * (SPLIT 1). Each writes its partial O, float32 and normalised by its own sum, into
  * part_o [splits][batch][heads][nq][D] and its lse (natural log, -inf when its chunk saw nothing, no sink)

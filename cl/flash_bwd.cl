@@ -111,7 +111,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
                     long k_off, long k_sb, long k_sh, long k_sn,
                     long v_off, long v_sb, long v_sh, long v_sn,
                     long o_off, long o_sb, long o_sh, long o_sn,
-                    int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+                    int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
   __local float4 Ks4[BM * DS4];
   __local float4 Vs4[BM * DS4];
   __local float4 Qs4[BN * DS4];
@@ -244,7 +244,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
                   long k_off, long k_sb, long k_sh, long k_sn,
                   long v_off, long v_sb, long v_sh, long v_sn,
                   long o_off, long o_sb, long o_sh, long o_sn,
-                  int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+                  int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
   __local float4 Qs4[BM * DS4];
   __local float4 dOs4[BM * DS4];
   __local float4 Ks4[BN * DS4];

@@ -30,7 +30,8 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long k_off, long k_sb, long k_sh, long k_sn,
                long v_off, long v_sb, long v_sh, long v_sn,
                long o_off, long o_sb, long o_sh, long o_sn,
-               int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
+               int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS,
+               FCL_SPLIT_ARGS) {
   __local float4 Qs4[BR * DS / 4];
   __local float4 KVs4[(KV_FLOATS + 3) / 4];
   __local float4 Ps4[BR * PS / 4];
@@ -52,10 +53,15 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int b = get_group_id(2);
   const int hk = h / group;
 
-  q += q_off + b * q_sb + h * q_sh;
-  k += k_off + b * k_sb + hk * k_sh;
-  v += v_off + b * v_sb + hk * v_sh;
-  o += o_off + b * o_sb + h * o_sh;
+  /* This sequence's lengths and rows (common.cl); a block past its last query row has nothing to do. */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  const int nq = seq.nq, nk = seq.nk;
+  if (q0 >= nq) return;
+  q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+  o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
+  k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
+  v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
   LOAD_TILE(Qs, q, q_sn, q0, BR, nq, scale * FCL_LOG2E);
@@ -73,17 +79,22 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int last_row = min(q0 + BR, nq) - 1;
   /* Split-KV: this work-group's chunk of them (all of them without SPLIT). */
   const int2 keys = fcl_split_keys(fcl_key_begin(&mods, q0), fcl_key_end(&mods, last_row, nk), BC, split, splits);
-  const int kv_begin = keys.x, kv_end = keys.y;
+  const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
 #if KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
-      KVs[c * KS + r] = (k0 + r < nk && c < D) ? LOAD(k, (k0 + r) * k_sn + c) : 0.0f;
+      float x = 0.0f;
+      if (k0 + r < nk && c < D) {
+        const long off = fcl_key_offset(&seq, k0 + r, k_sb, k_sn);
+        x = off >= 0 ? LOAD(k, off + c) : NAN;
+      }
+      KVs[c * KS + r] = x;
     }
 #else
-    LOAD_TILE(KVs, k, k_sn, k0, BC, nk, 1.0f);
+    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, k0, BC);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -149,7 +160,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-    LOAD_TILE(KVs, v, v_sn, k0, BC, nk, 1.0f);
+    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, k0, BC);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
@@ -179,14 +190,15 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     const int row = q0 + tr * RM + i;
     if (row >= nq) continue;
 #if SPLIT
-    /* A chunk's partial result; the combine adds the sink and normalises across chunks. */
-    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + h) * nq + row;
-    const float pinv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    /* A chunk's partial result, in rows padded to nq_max; the combine adds the sink and normalises across
+       chunks. */
+    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + h) * nq_max + row;
+    const float pinv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
       if (c < D) part_o[prow * D + c] = acc[i][n] * pinv;
     }
-    if (tc == 0) part_o[part_lse_off + prow] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+    if (tc == 0) part_o[part_lse_off + prow] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
     continue;
 #endif
 #if SINKS
@@ -199,13 +211,15 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       m[i] = mf;
     }
 #endif
-    /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse. */
-    const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse, and a
+       sequence whose key indices did not fit gets NaN. */
+    const float inv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
       if (c < D) STORE(o, row * o_sn + c, acc[i][n] * inv);
     }
+    const long lse_row = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
     if (lse && tc == 0)
-      lse[((long)b * num_heads + h) * nq + row] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+      lse[lse_row + row] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
   }
 }

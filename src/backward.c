@@ -30,16 +30,20 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
                                     const cl_event *wait, fcl_problem *p, size_t *ws_floats) {
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, p);
   if (st) return st;
+  if (fcl_problem_sequences(p))
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "the backward takes dense tensors only (desc->cu_seqlens_q, cu_seqlens_k, seqlens_k or block_table "
+                    "is set)");
   if (!lse)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "lse is NULL; the backward pass needs the forward's lse (float32 [batch, num_heads, seqlen_q])");
-  if ((st = fcl_check_tensor(ctx, d_o, "d_o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
-      (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
-      (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
-      (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
-      (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->heads, p->nq, p->q_stride, "q")) ||
-      (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
-      (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_heads, p->nk, p->v_stride, "v")) ||
+  if ((st = fcl_check_tensor(ctx, d_o, "d_o", p, p->q_counts, p->o_stride, p->o_offset)) ||
+      (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->q_counts, p->q_stride, p->q_offset)) ||
+      (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_counts, p->k_stride, p->k_offset)) ||
+      (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_counts, p->v_stride, p->v_offset)) ||
+      (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->q_counts, p->q_stride, "q")) ||
+      (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_counts, p->k_stride, "k")) ||
+      (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_counts, p->v_stride, "v")) ||
       (st = fcl_row_count(p, ws_floats)) || (st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats)) ||
       (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
@@ -101,7 +105,7 @@ static fcl_status dsinks_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_
 
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
                                size_t *dsinks_wg) {
-  char defines[128], mods[96];
+  char defines[128], mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
   fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_pre", defines, &kernels[0]);

@@ -52,7 +52,7 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
     snprintf(why, why_size, "the tensor-core kernel for this head_dim and dtype failed to build earlier");
     return -1;
   }
-  char defines[320], mods[96];
+  char defines[384], mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d%s",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, mods);
@@ -76,7 +76,7 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
 /* The split-KV build of the portable kernel for plan, or splits back to 1 when it admits fewer work-items. */
 static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const char *mods, fcl_tile_plan *plan,
                                cl_kernel *kernel) {
-  char split_mods[128];
+  char split_mods[192];
   snprintf(split_mods, sizeof split_mods, "%s -DSPLIT=1", mods);
   cl_kernel k;
   size_t wg = 0;
@@ -99,7 +99,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   } else {
     snprintf(why, sizeof why, "%s", nv.reason);
   }
-  char mods[96];
+  char mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
   fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, p->nq, 1, plan, kernel);
   if (st) return st;
@@ -116,7 +116,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
 /* Bytes of float32 partials (O and lse) of a split-KV call; 0 on overflow. */
 static size_t split_bytes(const fcl_problem *p, int splits) {
   size_t rows = 0;
-  if (fcl_row_count(p, &rows) != FCL_SUCCESS) return 0;
+  if (fcl_padded_rows(p, &rows) != FCL_SUCCESS) return 0;
   const double bytes = (double)splits * (double)rows * (double)(p->d + 1) * sizeof(float);
   return bytes > (double)(SIZE_MAX / 2) ? 0 : (size_t)bytes;
 }
@@ -158,7 +158,7 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
                                 cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
                                 cl_uint num_wait, const cl_event *wait, cl_event *event) {
   size_t rows = 0;
-  fcl_status st = fcl_row_count(p, &rows);
+  fcl_status st = fcl_padded_rows(p, &rows);
   if (st) return st;
   const size_t bytes = split_bytes(p, t->splits);
   if (!bytes) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "split-KV partials of %d chunks are too large", t->splits);

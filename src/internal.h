@@ -342,38 +342,59 @@ typedef struct fcl_problem {
   fcl_dtype mask_dtype;
   int64_t mask_stride[3], mask_offset;
   cl_mem sinks, d_sinks; /* NULL: off */
+  /* Sequences (NULL: dense). With cu_q, nq is the longest sequence's query rows and q, o are packed
+     [total_q, heads, d]; with cu_k likewise for k, v; with block_table, k and v are pools of num_blocks
+     blocks of block_size rows. */
+  cl_mem cu_q, cu_k, seqlens_k, block_table;
+  int64_t total_q, total_k, table_stride, block_size, num_blocks;
+  /* What the strides of q and o (q_counts) and of k and v (kv_counts) step over: (batch, heads, rows)
+     dense, (1, heads, total) packed, (num_blocks, kv_heads, block_size) paged. */
+  int64_t q_counts[3], kv_counts[3];
 } fcl_problem;
+
+/* 1 when p has packed or paged sequences (cu_q, cu_k, seqlens_k or block_table). */
+int fcl_problem_sequences(const fcl_problem *p);
 
 /* 1 when some key is hidden from some row by the window (a causal mask included). */
 int fcl_problem_windowed(const fcl_problem *p);
 /* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a
    leading space. */
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
+/* Sets the sequence arguments (FCL_SEQ_ARGS in common.cl) from index a on; *a is advanced past them. */
+fcl_status fcl_set_sequence_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 /* Sets the modifier arguments every attention kernel takes (FCL_MOD_ARGS in common.cl) from index a on;
    *a is advanced past them. */
 fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
-/* The bytes [*first, *end) of a buffer that a [batch, heads, rows, d] tensor with these strides and offset
-   can reach (no I/O; every product checked against overflow). what names the tensor in messages. */
-fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+/* The bytes [*first, *end) of a buffer that a tensor of counts[0] x counts[1] x counts[2] rows of d elements
+   (p->q_counts or p->kv_counts) with these strides and offset can reach (no I/O; every product checked
+   against overflow). what names the tensor in messages. */
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, const int64_t counts[3],
                             const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end);
-/* Checks that buf belongs to ctx's cl_context and holds every element of a [batch, heads, rows, d]
-   tensor with the given strides and offset. what names the argument in messages. */
+/* Checks that buf belongs to ctx's cl_context and holds every element of such a tensor. what names the
+   argument in messages. */
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
-                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset);
+                            const int64_t counts[3], const int64_t stride[3], int64_t offset);
 /* Checks that an output's elements do not overlap each other (work-items write them concurrently). what
    names the output in messages, desc_field the descriptor field whose strides it uses. Call after
    fcl_check_tensor. */
-fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, const int64_t counts[3],
                                 const int64_t stride[3], const char *desc_field);
 /* The bytes [first, end) of the modifiers' buffers that p can reach, for fcl_check_aliasing: ALiBi slopes,
    mask, sinks ({0, 0} for one that is off). Call after fcl_check_modifiers. */
 void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]);
+/* Checks the sequence index buffers (cu_q, cu_k, seqlens_k, block_table): context and size for p. */
+fcl_status fcl_check_sequences(const fcl_context *ctx, const fcl_problem *p);
+/* The bytes [0, end) of the index buffers cu_q, cu_k, seqlens_k and block_table that p reads, for
+   fcl_check_aliasing (0, 0 for a buffer not set). */
+void fcl_sequence_bytes(const fcl_problem *p, uint64_t out[4][2]);
 /* Checks the modifiers' buffers (ALiBi slopes, mask, sinks): context and size for p. */
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p);
-/* batch * heads * seqlen_q (lse elements), checked against overflow. */
+/* The lse elements: batch * heads * seqlen_q, or heads * total_q with cu_q; checked against overflow. */
 fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
+/* batch * heads * seqlen_q, the rows of a launch's grid (and of split-KV's partials), checked likewise. */
+fcl_status fcl_padded_rows(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);

@@ -157,7 +157,7 @@ static const char *const ref_files[] = {"common.cl", "softmax.cl"};
 
 /* Work-group size of the softmax kernel: a power of two up to 256 that the device and kernel admit. */
 static fcl_status softmax_kernel(fcl_context *ctx, const char *mods, cl_kernel *kernel, size_t *wg_out) {
-  char defines[160];
+  char defines[192];
   snprintf(defines, sizeof defines, "-DDTYPE=0%s", mods);
   return fcl_get_kernel_wg(ctx, ref_files, 2, "fcl_softmax_rows", defines, 256, kernel, wg_out);
 }
@@ -385,6 +385,10 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   fcl_problem p;
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, &p);
   if (st) return st;
+  if (fcl_problem_sequences(&p))
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "fcl_attention_reference takes dense tensors only so far (desc->cu_seqlens_q, cu_seqlens_k, "
+                    "seqlens_k or block_table is set)");
 #ifndef FLASHCL_HAVE_CLBLAST
   (void)event;
   return fcl_fail(FCL_ERROR_UNSUPPORTED, "fcl_attention_reference: flashcl was built without CLBlast");
@@ -406,7 +410,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   pthread_mutex_lock(&ctx->lock);
   char defines[32];
   snprintf(defines, sizeof defines, "-DDTYPE=%d", (int)p.dtype);
-  char mods[96];
+  char mods[160];
   fcl_modifier_defines(&p, mods, sizeof mods);
   st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
   if (!st) st = fcl_softmax_within_budget(&ctx->caps, p.nk, r.softmax_wg);

@@ -147,7 +147,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long k_off, long k_sb, long k_sh, long k_sn,
                    long v_off, long v_sb, long v_sh, long v_sn,
                    long o_off, long o_sb, long o_sh, long o_sn,
-                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
+                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS, FCL_SPLIT_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;
