@@ -73,7 +73,11 @@ typedef struct fixture {
   unsigned char *k_new, *v_new;             /* host copies of the new-row buffers (v_new == k_new for QKV) */
   unsigned char *kp_init, *vp_init;         /* sentinel-filled pools as uploaded */
   int64_t *slots;
-  cl_mem k_new_buf, v_new_buf, slots_buf, kp_buf, vp_buf, stacked_buf;
+  cl_mem k_new_buf, v_new_buf, slots_buf;
+  /* Each pool is a sub-buffer with `guard` sentinel bytes either side in its parent, so a write just outside
+     it shows; stacked pools share one sub-buffer (kp_buf == vp_buf) of one parent (v_parent NULL). */
+  size_t guard;
+  cl_mem k_parent, v_parent, kp_buf, vp_buf;
 } fixture;
 
 static cl_mem upload(test_env *env, const void *data, size_t bytes) {
@@ -82,11 +86,32 @@ static cl_mem upload(test_env *env, const void *data, size_t bytes) {
   return err == CL_SUCCESS ? m : NULL;
 }
 
+static unsigned char guard_byte(size_t i) { return (unsigned char)(0x5A ^ (i * 29u)); }
+
+/* A parent buffer of guard sentinel bytes, a, b, guard bytes; *sub the sub-buffer over a and b. */
+static cl_mem guarded(test_env *env, size_t guard, const unsigned char *a, size_t an, const unsigned char *b, size_t bn,
+                      cl_mem *sub) {
+  const size_t total = 2 * guard + an + bn;
+  unsigned char *img = malloc(total);
+  for (size_t i = 0; i < total; ++i) img[i] = guard_byte(i);
+  memcpy(img + guard, a, an);
+  if (bn) memcpy(img + guard + an, b, bn);
+  cl_mem parent = upload(env, img, total);
+  free(img);
+  *sub = NULL;
+  if (!parent) return NULL;
+  cl_int err;
+  cl_buffer_region r = {guard, an + bn};
+  *sub = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+  if (err != CL_SUCCESS) *sub = NULL;
+  return parent;
+}
+
 static void fixture_release(fixture *f) {
-  /* Stacked pools are one buffer (stacked_buf), and QKV rows one (k_new_buf): each released once. */
-  cl_mem ms[5] = {f->k_new_buf, f->v_new_buf != f->k_new_buf ? f->v_new_buf : NULL, f->slots_buf,
-                  f->stacked_buf ? f->stacked_buf : f->kp_buf, f->stacked_buf ? NULL : f->vp_buf};
-  for (int i = 0; i < 5; ++i)
+  /* QKV rows are one buffer, stacked pools one sub-buffer: each released once, sub-buffers first. */
+  cl_mem ms[7] = {f->k_new_buf, f->v_new_buf != f->k_new_buf ? f->v_new_buf : NULL, f->slots_buf, f->kp_buf,
+                  f->vp_buf != f->kp_buf ? f->vp_buf : NULL, f->k_parent, f->v_parent};
+  for (int i = 0; i < 7; ++i)
     if (ms[i]) clReleaseMemObject(ms[i]);
   free(f->k_new);
   if (f->v_new != f->k_new) free(f->v_new);
@@ -148,6 +173,17 @@ static int fixture_make(test_env *env, const append_case *c, fixture *f) {
     }
   }
   free(perm);
+  /* Every kind of bad slot and a -1, at distinct random tokens (the cases that plant them have >= 9 tokens). */
+  if (c->bad_slots && T >= 9) {
+    int64_t *order = malloc((size_t)T * sizeof(int64_t));
+    for (int64_t t = 0; t < T; ++t) order[t] = t;
+    for (int i = 0; i < 9; ++i) {
+      const int64_t j = i + rand_below(T - i), x = order[j];
+      order[j] = order[i], order[i] = x;
+      f->slots[x] = i < 8 ? bad_slot(c, i) : -1;
+    }
+    free(order);
+  }
 
   /* Pools: sentinel bytes everywhere. */
   int64_t kspan = pool_layout(c, c->k_layout, d->k_pool_stride, &d->k_pool_offset);
@@ -159,26 +195,25 @@ static int fixture_make(test_env *env, const append_case *c, fixture *f) {
   for (size_t i = 0; i < f->kp_bytes; ++i) f->kp_init[i] = sentinel(i, 0);
   for (size_t i = 0; i < f->vp_bytes; ++i) f->vp_init[i] = sentinel(i, 1);
 
+  cl_uint align_bits = 0;
+  clGetDeviceInfo(env->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+  const size_t align = align_bits >= 8 ? align_bits / 8 : 128;
+  f->guard = (4096 + align - 1) / align * align;
   f->k_new_buf = upload(env, f->k_new, nb);
   f->v_new_buf = f->v_new == f->k_new ? f->k_new_buf : upload(env, f->v_new, nb);
   f->slots_buf = upload(env, f->slots, (size_t)(T ? T : 1) * sizeof(int64_t));
   if (c->stacked) {
-    /* One buffer: K's pool, then V's at an element offset (the whole K part, rounded up). */
-    const int64_t k_elems = (int64_t)(f->kp_bytes / es);
-    unsigned char *both = malloc(f->kp_bytes + f->vp_bytes);
-    memcpy(both, f->kp_init, f->kp_bytes);
-    memcpy(both + f->kp_bytes, f->vp_init, f->vp_bytes);
-    f->stacked_buf = upload(env, both, f->kp_bytes + f->vp_bytes);
-    free(both);
+    /* One buffer: K's pool, then V's at an element offset (the whole K part). */
+    f->k_parent = guarded(env, f->guard, f->kp_init, f->kp_bytes, f->vp_init, f->vp_bytes, &f->kp_buf);
+    f->vp_buf = f->kp_buf;
     if (c->v_layout == POOL_HND) { /* an offset needs explicit strides */
       const int64_t bs = c->block_size;
       d->v_pool_stride[0] = H * bs * D, d->v_pool_stride[1] = bs * D, d->v_pool_stride[2] = D;
     }
-    d->v_pool_offset += k_elems;
-    f->kp_buf = f->vp_buf = f->stacked_buf;
+    d->v_pool_offset += (int64_t)(f->kp_bytes / es);
   } else {
-    f->kp_buf = upload(env, f->kp_init, f->kp_bytes);
-    f->vp_buf = upload(env, f->vp_init, f->vp_bytes);
+    f->k_parent = guarded(env, f->guard, f->kp_init, f->kp_bytes, NULL, 0, &f->kp_buf);
+    f->v_parent = guarded(env, f->guard, f->vp_init, f->vp_bytes, NULL, 0, &f->vp_buf);
   }
   return f->k_new_buf && f->v_new_buf && f->slots_buf && f->kp_buf && f->vp_buf ? 0 : -1;
 }
@@ -220,21 +255,28 @@ static int read_bytes(test_env *env, cl_mem m, size_t offset, void *dst, size_t 
 /* Bytes that differ between the pools on the device and want (K, then V). */
 static size_t pool_mismatches(test_env *env, const fixture *f, const unsigned char *kwant, const unsigned char *vwant,
                               size_t *first) {
-  unsigned char *kgot = malloc(f->kp_bytes), *vgot = malloc(f->vp_bytes);
+  /* The parents whole: the guards must hold their sentinel, the pools want. */
+  const size_t g = f->guard, kn = 2 * g + f->kp_bytes + (f->v_parent ? 0 : f->vp_bytes), vn = 2 * g + f->vp_bytes;
+  unsigned char *kgot = malloc(kn), *vgot = malloc(vn), *kimg = malloc(kn), *vimg = malloc(vn);
+  for (size_t i = 0; i < kn; ++i) kimg[i] = guard_byte(i);
+  for (size_t i = 0; i < vn; ++i) vimg[i] = guard_byte(i);
+  memcpy(kimg + g, kwant, f->kp_bytes);
+  if (f->v_parent) memcpy(vimg + g, vwant, f->vp_bytes);
+  else memcpy(kimg + g + f->kp_bytes, vwant, f->vp_bytes);
   size_t bad = 0;
   *first = (size_t)-1;
-  const int stacked = f->kp_buf == f->vp_buf;
-  if (read_bytes(env, f->kp_buf, 0, kgot, f->kp_bytes) ||
-      read_bytes(env, f->vp_buf, stacked ? f->kp_bytes : 0, vgot, f->vp_bytes)) {
+  if (read_bytes(env, f->k_parent, 0, kgot, kn) || (f->v_parent && read_bytes(env, f->v_parent, 0, vgot, vn))) {
     bad = (size_t)-1;
   } else {
-    for (size_t i = 0; i < f->kp_bytes; ++i)
-      if (kgot[i] != kwant[i] && !bad++) *first = i;
-    for (size_t i = 0; i < f->vp_bytes; ++i)
-      if (vgot[i] != vwant[i] && !bad++) *first = f->kp_bytes + i;
+    for (size_t i = 0; i < kn; ++i)
+      if (kgot[i] != kimg[i] && !bad++) *first = i;
+    for (size_t i = 0; f->v_parent && i < vn; ++i)
+      if (vgot[i] != vimg[i] && !bad++) *first = kn + i;
   }
   free(kgot);
   free(vgot);
+  free(kimg);
+  free(vimg);
   return bad;
 }
 
@@ -273,7 +315,7 @@ static void run_append(test_env *env, const void *arg) {
   size_t first = 0;
   const size_t bad = st ? (size_t)-1 : pool_mismatches(env, &f, kwant, vwant, &first);
   check(st == FCL_SUCCESS && status == CL_COMPLETE && bad == 0 && (c->tokens == 0 || landed > 0),
-        "%s: %lld of %lld tokens land; %s%s%s, event status %d, %zu pool bytes differ from the model (first at byte %lld)",
+        "%s: %lld of %lld tokens land; %s%s%s, event status %d, %zu pool bytes differ from the model (first at byte %lld of the parents)",
         name, (long long)landed, (long long)c->tokens, fcl_status_string(st), st ? ": " : "",
         st ? fcl_last_error() : "", (int)status, bad, bad ? (long long)first : -1LL);
   free(kwant);
@@ -534,7 +576,7 @@ static int full_cases(append_case *l) {
     for (int t = 0; t < 3; ++t, ++i) {
       const int64_t bs = block_sizes[b], D = dims[(b + t) % 3], H = heads[i % 4];
       const int64_t nb = bs >= 64 ? 3 : 8 + i; /* room for every token, with unused slots left */
-      const int64_t tokens = bs * nb / 2 + 5;
+      const int64_t tokens = bs * nb / 2 + 12; /* >= 9 planted bad slots and some good ones */
       const int kl = i % 3, vl = (i + 1 + t) % 3;
       n = add(l, n, (append_case){dtypes[t], bs, nb, H, D, tokens, kl, vl, i % 2 ? NEW_QKV : NEW_PACKED, i % 4 == 3,
                                   i % 5 != 4});
