@@ -110,6 +110,62 @@ static void tensor_view(const append_problem *a, int pool, fcl_problem *p, int64
   p->elem_size = a->elem_size;
 }
 
+/* 1 when two pools of one geometry and the same strides (each free of self-overlap: fcl_check_no_overlap),
+   whose first elements are delta elements apart, share no element; 0 when they share one or the search gives
+   up. Interleaved pools (FlashInfer's [num_blocks, 2, block_size, kv_heads, head_dim]) are disjoint although
+   their spans cross. Exact: an element index difference is sum d_i * stride_i + e with |d_i| < count_i and
+   |e| < head_dim. Taken from the largest stride down, each stride exceeds the reach of the dimensions inside
+   it (no self-overlap), so at most two values of d_i leave a remainder those dimensions can still reach. */
+static int pools_disjoint(const append_problem *a, const int64_t stride[3], int64_t delta) {
+  int64_t s[3] = {stride[0], stride[1], stride[2]}, n[3] = {a->num_blocks, a->heads, a->block_size};
+  for (int i = 0; i < 3; ++i) /* by stride, largest first */
+    for (int j = i + 1; j < 3; ++j)
+      if (s[j] > s[i]) {
+        int64_t t = s[i];
+        s[i] = s[j], s[j] = t, t = n[i], n[i] = n[j], n[j] = t;
+      }
+  int64_t reach[4]; /* reach[i]: largest |sum| of dimensions i.. and the column (< 2^62: pool checks) */
+  reach[3] = a->d - 1;
+  for (int i = 2; i >= 0; --i) reach[i] = reach[i + 1] + (n[i] - 1) * s[i];
+  /* Depth-first over the candidates: rem[i] is what dimensions i.. must still make up. */
+  int64_t rem[4], d[3], hi[3];
+  int i = 0;
+  rem[0] = delta;
+  for (;;) {
+    if (i == 3) {
+      if (rem[3] >= -reach[3] && rem[3] <= reach[3]) return 0; /* a shared element */
+      --i;
+    } else if (n[i] <= 1 || s[i] == 0) { /* contributes nothing */
+      d[i] = hi[i] = 0;
+      rem[i + 1] = rem[i];
+      ++i;
+      continue;
+    } else {
+      /* d with |rem - d * s| <= reach[i + 1] and |d| < n: floor and ceil of the bounds' quotients. */
+      const int64_t lo_num = rem[i] - reach[i + 1], hi_num = rem[i] + reach[i + 1];
+      int64_t lo = lo_num / s[i] + (lo_num > 0 && lo_num % s[i] ? 1 : 0);
+      int64_t up = hi_num / s[i] - (hi_num < 0 && hi_num % s[i] ? 1 : 0);
+      if (lo < -(n[i] - 1)) lo = -(n[i] - 1);
+      if (up > n[i] - 1) up = n[i] - 1;
+      if (up - lo > 1) return 0; /* not the nesting assumed: give up, conservatively */
+      if (lo <= up) {
+        d[i] = lo, hi[i] = up;
+        rem[i + 1] = rem[i] - d[i] * s[i];
+        ++i;
+        continue;
+      }
+      --i;
+    }
+    /* Backtrack to the last dimension with a candidate left. */
+    for (; i >= 0 && d[i] >= hi[i]; --i) {
+    }
+    if (i < 0) return 1;
+    ++d[i];
+    rem[i + 1] = rem[i] - d[i] * s[i];
+    ++i;
+  }
+}
+
 /* Validates everything; *r receives the byte ranges of k_new, v_new, k_pool, v_pool. */
 static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const append_problem *a, cl_mem k_new,
                            cl_mem v_new, cl_mem slots, cl_mem k_pool, cl_mem v_pool, cl_uint num_wait,
@@ -154,6 +210,13 @@ static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const appen
                                  {slots, 0, (uint64_t)a->tokens * 8, 0, "slots"},
                                  {k_pool, r[2][0], r[2][1], 1, "k_pool"},
                                  {v_pool, r[3][0], r[3][1], 1, "v_pool"}};
+  /* One buffer holding both pools with the same strides, element-disjoint (interleaved): each pool is checked
+     against the inputs alone. Otherwise byte spans decide, conservatively, as for every operation. */
+  if (k_pool == v_pool && !memcmp(a->kp_stride, a->vp_stride, sizeof a->kp_stride) &&
+      pools_disjoint(a, a->kp_stride, a->vp_offset - a->kp_offset)) {
+    const fcl_buffer_use k_only[] = {uses[0], uses[1], uses[2], uses[3]}, v_only[] = {uses[0], uses[1], uses[2], uses[4]};
+    return (st = fcl_check_aliasing(k_only, 4)) ? st : fcl_check_aliasing(v_only, 4);
+  }
   return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
 }
 

@@ -38,7 +38,9 @@ typedef struct append_case {
   int64_t block_size, num_blocks, heads, d, tokens;
   int k_layout, v_layout; /* POOL_* */
   int new_layout;         /* NEW_* */
-  int stacked;            /* K and V pools in one buffer, V after K (vLLM's [2, num_blocks, ...]) */
+  int stacked;            /* K and V pools in one buffer: 1 V after K (vLLM's [2, num_blocks, ...]); 2 interleaved
+                             per block (FlashInfer's [num_blocks, 2, block_size, kv_heads, head_dim]; the
+                             layouts are then ignored) */
   int bad_slots;          /* plant -1 and out-of-range slots */
 } append_case;
 
@@ -58,6 +60,13 @@ static int64_t pool_layout(const append_case *c, int layout, int64_t s[3], int64
   s[2] = D + 2, s[1] = bs * s[2] + 1, s[0] = H * s[1] + 3;
   *offset = 5;
   return *offset + c->num_blocks * s[0];
+}
+
+/* FlashInfer's [num_blocks, 2, block_size, kv_heads, head_dim]: K (which 0) or V (1) of one buffer. */
+static void interleaved_layout(const append_case *c, int which, int64_t s[3], int64_t *offset) {
+  const int64_t blk = c->block_size * c->heads * c->d;
+  s[0] = 2 * blk, s[1] = c->d, s[2] = c->heads * c->d;
+  *offset = which * blk;
 }
 
 /* The element of (block, head, row, col) in a pool with (resolved) strides. */
@@ -188,8 +197,13 @@ static int fixture_make(test_env *env, const append_case *c, fixture *f) {
   /* Pools: sentinel bytes everywhere. */
   int64_t kspan = pool_layout(c, c->k_layout, d->k_pool_stride, &d->k_pool_offset);
   int64_t vspan = pool_layout(c, c->v_layout, d->v_pool_stride, &d->v_pool_offset);
+  if (c->stacked == 2) { /* one region, described as K's; V's elements sit between K's */
+    interleaved_layout(c, 0, d->k_pool_stride, &d->k_pool_offset);
+    interleaved_layout(c, 1, d->v_pool_stride, &d->v_pool_offset);
+    kspan = 2 * c->num_blocks * c->block_size * H * D, vspan = -3;
+  }
   f->kp_bytes = (size_t)kspan * es + 3 * es; /* a tail beyond the last element, which must stay untouched */
-  f->vp_bytes = (size_t)vspan * es + 3 * es;
+  f->vp_bytes = (size_t)(vspan + 3) * es;
   f->kp_init = malloc(f->kp_bytes);
   f->vp_init = malloc(f->vp_bytes);
   for (size_t i = 0; i < f->kp_bytes; ++i) f->kp_init[i] = sentinel(i, 0);
@@ -202,7 +216,10 @@ static int fixture_make(test_env *env, const append_case *c, fixture *f) {
   f->k_new_buf = upload(env, f->k_new, nb);
   f->v_new_buf = f->v_new == f->k_new ? f->k_new_buf : upload(env, f->v_new, nb);
   f->slots_buf = upload(env, f->slots, (size_t)(T ? T : 1) * sizeof(int64_t));
-  if (c->stacked) {
+  if (c->stacked == 2) {
+    f->k_parent = guarded(env, f->guard, f->kp_init, f->kp_bytes, NULL, 0, &f->kp_buf);
+    f->vp_buf = f->kp_buf;
+  } else if (c->stacked) {
     /* One buffer: K's pool, then V's at an element offset (the whole K part). */
     f->k_parent = guarded(env, f->guard, f->kp_init, f->kp_bytes, f->vp_init, f->vp_bytes, &f->kp_buf);
     f->vp_buf = f->kp_buf;
@@ -223,10 +240,15 @@ static int64_t expected_pools(const append_case *c, const fixture *f, unsigned c
   const fcl_kv_append_desc *d = &f->desc;
   const int64_t H = c->heads, D = c->d, nslots = c->block_size * c->num_blocks;
   int64_t kvoff = d->v_pool_offset;
-  if (c->stacked) kvoff -= (int64_t)(f->kp_bytes / f->es); /* relative to V's own part */
+  if (c->stacked == 1) kvoff -= (int64_t)(f->kp_bytes / f->es); /* relative to V's own part */
   int64_t kstride[3], vstride[3], dummy;
   pool_layout(c, c->k_layout, kstride, &dummy);
   pool_layout(c, c->v_layout, vstride, &dummy);
+  if (c->stacked == 2) { /* both in kp */
+    interleaved_layout(c, 0, kstride, &dummy);
+    interleaved_layout(c, 1, vstride, &kvoff);
+    vp = kp;
+  }
   int64_t landed = 0;
   for (int64_t t = 0; t < c->tokens; ++t) {
     const int64_t s = f->slots[t];
@@ -284,7 +306,7 @@ static void case_name(const append_case *c, char *out, size_t n) {
   static const char *const layouts[3] = {"hnd", "nhd", "padded"};
   snprintf(out, n, "%s_bs%lld_nb%lld_h%lld_d%lld_t%lld_k%s_v%s%s%s%s", dtype_name(c->dtype), (long long)c->block_size,
            (long long)c->num_blocks, (long long)c->heads, (long long)c->d, (long long)c->tokens, layouts[c->k_layout],
-           layouts[c->v_layout], c->new_layout == NEW_QKV ? "_qkv" : "", c->stacked ? "_stacked" : "",
+           layouts[c->v_layout], c->new_layout == NEW_QKV ? "_qkv" : "", c->stacked == 2 ? "_interleaved" : c->stacked ? "_stacked" : "",
            c->bad_slots ? "_badslots" : "");
 }
 
@@ -299,7 +321,7 @@ static void run_append(test_env *env, const void *arg) {
     fixture_release(&f);
     return;
   }
-  unsigned char *kwant = malloc(f.kp_bytes), *vwant = malloc(f.vp_bytes);
+  unsigned char *kwant = malloc(f.kp_bytes), *vwant = malloc(f.vp_bytes ? f.vp_bytes : 1);
   memcpy(kwant, f.kp_init, f.kp_bytes);
   memcpy(vwant, f.vp_init, f.vp_bytes);
   const int64_t landed = expected_pools(c, &f, kwant, vwant);
@@ -407,6 +429,8 @@ static void run_validation(test_env *env, const void *unused) {
       {"k_pool is v_pool (same elements)", "v_pool"},
       {"k_pool aliases k_new", "k_pool"},
       {"v_pool overlaps slots", "v_pool"},
+      {"k_pool, v_pool interleaved in one buffer, one element too close", "v_pool overlaps k_pool"},
+      {"k_pool, v_pool interleaved with different strides (spans decide)", "v_pool overlaps k_pool"},
       {"num_wait 1, wait NULL", "num_wait"},
       {"wait[0] NULL", "wait[0]"},
   };
@@ -453,8 +477,21 @@ static void run_validation(test_env *env, const void *unused) {
       case 30: vp = kp; d.v_pool_stride[0] = d.v_pool_stride[1] = d.v_pool_stride[2] = 0; break;
       case 31: kp = big, kn = big; break;
       case 32: vp = big, sl = big; break;
-      case 33: num_wait = 1, wait = no_list; break;
-      case 34: num_wait = 1, wait = &null_event; break;
+      case 33:
+      case 34: {
+        /* FlashInfer's layout over `big` with V one element early: K's row r, column D-1 is V's column 0. */
+        const int64_t blk = c.block_size * c.heads * c.d;
+        kp = vp = big;
+        d.num_blocks = 2; /* two blocks: the spans cross */
+        d.k_pool_stride[0] = d.v_pool_stride[0] = 2 * blk;
+        d.k_pool_stride[1] = d.v_pool_stride[1] = c.d;
+        d.k_pool_stride[2] = d.v_pool_stride[2] = c.heads * c.d;
+        d.k_pool_offset = 0, d.v_pool_offset = blk - (i == 33);
+        if (i == 34) d.v_pool_stride[0] = 2 * blk + 1; /* disjoint elements, but only spans are compared */
+        break;
+      }
+      case 35: num_wait = 1, wait = no_list; break;
+      case 36: num_wait = 1, wait = &null_event; break;
     }
     if ((i == 28 && !foreign) || (i == 29 && !read_only) || (i == 31 && !big)) {
       check(0, "validation: %s: could not create the buffer", calls[i].what);
@@ -563,6 +600,7 @@ static int small_cases(append_case *l) {
   n = add(l, n, (append_case){FCL_DTYPE_F32, 3, 5, 2, 7, 24, POOL_NHD, POOL_PADDED, NEW_PACKED, 0, 1});
   n = add(l, n, (append_case){FCL_DTYPE_F16, 16, 2, 3, 9, 40, POOL_HND, POOL_HND, NEW_QKV, 1, 1});
   n = add(l, n, (append_case){FCL_DTYPE_BF16, 1, 6, 1, 4, 12, POOL_PADDED, POOL_NHD, NEW_PACKED, 0, 1});
+  n = add(l, n, (append_case){FCL_DTYPE_F32, 4, 3, 2, 5, 14, POOL_NHD, POOL_NHD, NEW_PACKED, 2, 1});
   return n;
 }
 
@@ -584,6 +622,9 @@ static int full_cases(append_case *l) {
   /* More tokens than slots (the rest -1), and decode: one token per sequence. */
   n = add(l, n, (append_case){FCL_DTYPE_F16, 16, 2, 8, 128, 40, POOL_NHD, POOL_NHD, NEW_PACKED, 1, 0});
   n = add(l, n, (append_case){FCL_DTYPE_F32, 16, 64, 4, 64, 1, POOL_NHD, POOL_NHD, NEW_QKV, 0, 0});
+  /* K and V interleaved block by block in one buffer: their spans cross, their elements do not. */
+  n = add(l, n, (append_case){FCL_DTYPE_F16, 16, 5, 2, 40, 60, POOL_NHD, POOL_NHD, NEW_PACKED, 2, 1});
+  n = add(l, n, (append_case){FCL_DTYPE_BF16, 1, 30, 3, 7, 25, POOL_NHD, POOL_NHD, NEW_QKV, 2, 1});
   return n;
 }
 
