@@ -110,14 +110,14 @@ static void tensor_view(const append_problem *a, int pool, fcl_problem *p, int64
   p->elem_size = a->elem_size;
 }
 
-/* 1 when two pools of one geometry and the same strides (each free of self-overlap: fcl_check_no_overlap),
-   whose first elements are delta elements apart, share no element; 0 when they share one or the search gives
-   up. Interleaved pools (FlashInfer's [num_blocks, 2, block_size, kv_heads, head_dim]) are disjoint although
-   their spans cross. Exact: an element index difference is sum d_i * stride_i + e with |d_i| < count_i and
-   |e| < head_dim. Taken from the largest stride down, each stride exceeds the reach of the dimensions inside
-   it (no self-overlap), so at most two values of d_i leave a remainder those dimensions can still reach. */
-static int pools_disjoint(const append_problem *a, const int64_t stride[3], int64_t delta) {
-  int64_t s[3] = {stride[0], stride[1], stride[2]}, n[3] = {a->num_blocks, a->heads, a->block_size};
+/* fcl_kv_pools_disjoint (internal.h). Interleaved pools (FlashInfer's [num_blocks, 2, block_size, kv_heads,
+   head_dim]) are disjoint although their spans cross. Exact: an element index difference is
+   sum d_i * stride_i + e with |d_i| < count_i and |e| < head_dim. Taken from the largest stride down, each
+   stride exceeds the reach of the dimensions inside it (no self-overlap), so at most two values of d_i leave
+   a remainder those dimensions can still reach. */
+int fcl_kv_pools_disjoint(int64_t num_blocks, int64_t heads, int64_t block_size, int64_t head_dim,
+                          const int64_t stride[3], int64_t delta) {
+  int64_t s[3] = {stride[0], stride[1], stride[2]}, n[3] = {num_blocks, heads, block_size};
   for (int i = 0; i < 3; ++i) /* by stride, largest first */
     for (int j = i + 1; j < 3; ++j)
       if (s[j] > s[i]) {
@@ -125,7 +125,7 @@ static int pools_disjoint(const append_problem *a, const int64_t stride[3], int6
         s[i] = s[j], s[j] = t, t = n[i], n[i] = n[j], n[j] = t;
       }
   int64_t reach[4]; /* reach[i]: largest |sum| of dimensions i.. and the column (< 2^62: pool checks) */
-  reach[3] = a->d - 1;
+  reach[3] = head_dim - 1;
   for (int i = 2; i >= 0; --i) reach[i] = reach[i + 1] + (n[i] - 1) * s[i];
   /* Depth-first over the candidates: rem[i] is what dimensions i.. must still make up. */
   int64_t rem[4], d[3], hi[3];
@@ -213,7 +213,7 @@ static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const appen
   /* One buffer holding both pools with the same strides, element-disjoint (interleaved): each pool is checked
      against the inputs alone. Otherwise byte spans decide, conservatively, as for every operation. */
   if (k_pool == v_pool && !memcmp(a->kp_stride, a->vp_stride, sizeof a->kp_stride) &&
-      pools_disjoint(a, a->kp_stride, a->vp_offset - a->kp_offset)) {
+      fcl_kv_pools_disjoint(a->num_blocks, a->heads, a->block_size, a->d, a->kp_stride, a->vp_offset - a->kp_offset)) {
     const fcl_buffer_use k_only[] = {uses[0], uses[1], uses[2], uses[3]}, v_only[] = {uses[0], uses[1], uses[2], uses[4]};
     return (st = fcl_check_aliasing(k_only, 4)) ? st : fcl_check_aliasing(v_only, 4);
   }

@@ -8,6 +8,7 @@
  *   --small              a few cases with planted bad slots, for Oclgrind
  *   --list, --case NAME  list the cases, or run one (test_cases.h) */
 #include "test_cases.h"
+#include "internal.h" /* fcl_kv_pools_disjoint, checked against brute force */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -306,7 +307,8 @@ static void case_name(const append_case *c, char *out, size_t n) {
   static const char *const layouts[3] = {"hnd", "nhd", "padded"};
   snprintf(out, n, "%s_bs%lld_nb%lld_h%lld_d%lld_t%lld_k%s_v%s%s%s%s", dtype_name(c->dtype), (long long)c->block_size,
            (long long)c->num_blocks, (long long)c->heads, (long long)c->d, (long long)c->tokens, layouts[c->k_layout],
-           layouts[c->v_layout], c->new_layout == NEW_QKV ? "_qkv" : "", c->stacked == 2 ? "_interleaved" : c->stacked ? "_stacked" : "",
+           layouts[c->v_layout], c->new_layout == NEW_QKV ? "_qkv" : "",
+           c->stacked == 2 ? "_interleaved" : c->stacked ? "_stacked" : "",
            c->bad_slots ? "_badslots" : "");
 }
 
@@ -337,7 +339,8 @@ static void run_append(test_env *env, const void *arg) {
   size_t first = 0;
   const size_t bad = st ? (size_t)-1 : pool_mismatches(env, &f, kwant, vwant, &first);
   check(st == FCL_SUCCESS && status == CL_COMPLETE && bad == 0 && (c->tokens == 0 || landed > 0),
-        "%s: %lld of %lld tokens land; %s%s%s, event status %d, %zu pool bytes differ from the model (first at byte %lld of the parents)",
+        "%s: %lld of %lld tokens land; %s%s%s, event status %d, %zu pool bytes differ from the model (first at "
+        "byte %lld of the parents)",
         name, (long long)landed, (long long)c->tokens, fcl_status_string(st), st ? ": " : "",
         st ? fcl_last_error() : "", (int)status, bad, bad ? (long long)first : -1LL);
   free(kwant);
@@ -588,6 +591,61 @@ static void run_failed_dependency(test_env *env, const void *arg) {
   fixture_release(&f);
 }
 
+/* ---- the exact test that admits interleaved pools ---- */
+
+/* fcl_check_no_overlap's rule: ordered by stride, each stride clears the extent of the dimensions inside it. */
+static int nested(const int64_t n[3], const int64_t s[3], int64_t d) {
+  int64_t c[3] = {n[0], n[1], n[2]}, st[3] = {s[0], s[1], s[2]};
+  for (int i = 0; i < 3; ++i)
+    for (int j = i; j > 0 && st[j] < st[j - 1]; --j) {
+      int64_t t = st[j];
+      st[j] = st[j - 1], st[j - 1] = t, t = c[j], c[j] = c[j - 1], c[j - 1] = t;
+    }
+  int64_t extent = d;
+  for (int i = 0; i < 3; ++i) {
+    if (c[i] <= 1) continue;
+    if (st[i] < extent) return 0;
+    extent += st[i] * (c[i] - 1);
+  }
+  return 1;
+}
+
+/* fcl_kv_pools_disjoint against marking every element of one pool and probing the other's, over random small
+   geometries that pass the self-overlap rule and random distances between the two pools. */
+static void run_disjoint_brute_force(test_env *env, const void *unused) {
+  (void)env, (void)unused;
+  rng_seed();
+  long tried = 0, disjoint = 0, wrong = 0;
+  char *mark = malloc(4096);
+  while (tried < 20000) {
+    const int64_t n[3] = {1 + rand_below(4), 1 + rand_below(3), 1 + rand_below(4)}, d = 1 + rand_below(4);
+    const int64_t s[3] = {rand_below(40), rand_below(40), rand_below(40)}, delta = rand_below(201) - 100;
+    if (!nested(n, s, d)) continue;
+    ++tried;
+    const int64_t span = (n[0] - 1) * s[0] + (n[1] - 1) * s[1] + (n[2] - 1) * s[2] + d;
+    memset(mark, 0, (size_t)span);
+    int shared = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t b = 0; b < n[0]; ++b)
+        for (int64_t h = 0; h < n[1]; ++h)
+          for (int64_t r = 0; r < n[2]; ++r)
+            for (int64_t c = 0; c < d; ++c) {
+              const int64_t x = b * s[0] + h * s[1] + r * s[2] + c;
+              if (pass == 0) mark[x] = 1;
+              else if (x + delta >= 0 && x + delta < span && mark[x + delta]) shared = 1;
+            }
+    const int got = fcl_kv_pools_disjoint(n[0], n[1], n[2], d, s, delta);
+    disjoint += got;
+    if (got == shared && !wrong++)
+      printf("     counts %lld %lld %lld, strides %lld %lld %lld, d %lld, delta %lld: %s, brute force says %s\n",
+             (long long)n[0], (long long)n[1], (long long)n[2], (long long)s[0], (long long)s[1], (long long)s[2],
+             (long long)d, (long long)delta, got ? "disjoint" : "shared", shared ? "shared" : "disjoint");
+  }
+  free(mark);
+  check(wrong == 0 && disjoint > 0 && disjoint < tried,
+        "pools_disjoint: %ld geometries (%ld disjoint), %ld disagree with brute force", tried, disjoint, wrong);
+}
+
 /* ---- the case list ---- */
 
 static int add(append_case *list, int n, append_case c) {
@@ -651,6 +709,7 @@ int main(int argc, char **argv) {
   }
   if (!small) {
     n = test_case_add(list, n, MAX, "", "duplicate_slots", run_duplicates, NULL);
+    n = test_case_add(list, n, MAX, "", "pools_disjoint_brute_force", run_disjoint_brute_force, NULL);
     n = test_case_add(list, n, MAX, "", "validation", run_validation, NULL);
     n = test_case_add(list, n, MAX, "", "zero_tokens_event", run_empty, NULL);
     n = test_case_add(list, n, MAX, "", "failed_user_event", run_failed_dependency, &dep_tokens[0]);
