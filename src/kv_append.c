@@ -166,7 +166,7 @@ int fcl_kv_pools_disjoint(int64_t num_blocks, int64_t heads, int64_t block_size,
   }
 }
 
-/* Validates everything; *r receives the byte ranges of k_new, v_new, k_pool, v_pool. */
+/* Every check of the call, before anything is enqueued: buffers, sizes, queue, wait list, aliasing. */
 static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const append_problem *a, cl_mem k_new,
                            cl_mem v_new, cl_mem slots, cl_mem k_pool, cl_mem v_pool, cl_uint num_wait,
                            const cl_event *wait) {
