@@ -134,6 +134,9 @@ def reshape_and_cache(
             or slot_mapping.offset:
         raise InvalidArgumentError(f"slot_mapping must be a contiguous int64 array of shape ({key.shape[0]},) at offset 0")
     T, H, D = key.shape
+    if T == 0:  # an empty array has no buffer to pass: nothing to write, an event all the same
+        queue = queue or key_cache.queue
+        return cl.enqueue_marker(queue, wait_for=list(wait_for or ()) + list(key_cache.events) or None)
     if layout == "nhd":
         nb, bs, ch, cd = key_cache.shape
         order = (0, 2, 1)

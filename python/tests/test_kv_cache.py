@@ -91,3 +91,11 @@ def test_buffer_level_and_errors(queue, rng):
         a = cla.to_device(queue, new)
         flashcl.reshape_and_cache(a, a, cla.to_device(queue, pool), cla.to_device(queue, pool),
                                   cla.to_device(queue, slots.astype(np.int32)), layout="hnd")
+
+
+def test_no_tokens(queue):
+    empty = cla.empty(queue, (0, 2, 8), np.float16)
+    cache = cla.zeros(queue, (2, 4, 2, 8), np.float16)
+    ev = flashcl.reshape_and_cache(empty, empty, cache, cache, cla.empty(queue, (0,), np.int64))
+    ev.wait()
+    assert ev.command_execution_status == cl.command_execution_status.COMPLETE
