@@ -213,7 +213,10 @@ typedef struct fcl_kv_append_desc {
 
 /* Writes token t's keys and values (every head) into the pools at slot slots[t] = block * block_size +
    row (int64 [num_tokens], vLLM's slot_mapping); a slot of -1 skips the token, and so does any slot
-   outside [0, num_blocks * block_size) (an untrusted index never writes outside the pools). One kernel. */
+   outside [0, num_blocks * block_size) (an untrusted index never writes outside the pools). One kernel;
+   elements are copied bit for bit. Tokens sharing a slot leave one of their values in each element,
+   which one unspecified. The pools must share no element with each other or a byte with the inputs.
+   num_tokens 0 runs nothing: *event (optional) is then a marker behind the wait list. */
 FCL_API fcl_status fcl_kv_cache_append(fcl_context *ctx, cl_command_queue queue, const fcl_kv_append_desc *desc,
                                        cl_mem k_new, cl_mem v_new, cl_mem slots, cl_mem k_pool, cl_mem v_pool,
                                        cl_uint num_wait, const cl_event *wait, cl_event *event);

@@ -539,4 +539,12 @@ fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts,
    score matrix of one head does not fit, or the library was built without CLBlast. */
 size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc);
 
+/* ---- kv_append.c: the paged KV cache append ---- */
+
+/* 1 when two pools of one geometry [num_blocks, heads, block_size, head_dim] with the same strides (block, head, row;
+   each pool free of self-overlap, as fcl_check_no_overlap checks) whose first elements are delta elements apart
+   share no element; 0 when they share one, or when the strides are not nested so (conservative). */
+int fcl_kv_pools_disjoint(int64_t num_blocks, int64_t heads, int64_t block_size, int64_t head_dim,
+                          const int64_t stride[3], int64_t delta);
+
 #endif /* FLASHCL_INTERNAL_H */

@@ -10,7 +10,8 @@ Array level (shapes, dtypes and strides read from ``pyopencl.array.Array`` objec
 
 Buffer level (one function per C entry point, a :class:`Descriptor` like ``fcl_attention_desc``):
 :func:`forward`, :func:`forward_workspace_size`, :func:`merge_buffers`, :func:`reference`, :func:`backward`,
-:func:`backward_workspace_size`.
+:func:`backward_workspace_size`; the paged KV cache append: :func:`kv_cache_append` (a
+:class:`KVAppendDescriptor` like ``fcl_kv_append_desc``) and, on arrays, vLLM's :func:`reshape_and_cache`.
 
 The library is found through ``$FLASHCL_LIBRARY``, the source checkout's ``build/``, ``<sys.prefix>/lib``,
 then the dynamic loader's path; it is loaded at the first call, so ``import flashcl`` always works.
@@ -29,6 +30,7 @@ from ._core import (
     status_string,
     version,
 )
+from ._kv_cache import KVAppendDescriptor, kv_cache_append, reshape_and_cache
 from ._attention import attention, attention_backward, flash_attn_func, merge, scaled_dot_product_attention
 from ._lib import library_path, load as load_library
 from .errors import (
@@ -48,6 +50,7 @@ __version__ = "0.2.0"
 __all__ = [
     "attention", "attention_backward", "merge", "flash_attn_func", "scaled_dot_product_attention",
     "Context", "Descriptor", "default_context", "forward", "forward_workspace_size", "merge_buffers", "reference", "backward", "backward_workspace_size",
+    "KVAppendDescriptor", "kv_cache_append", "reshape_and_cache",
     "version", "status_string", "library_path", "load_library",
     "Status", "FlashclError", "InvalidArgumentError", "UnsupportedError", "OpenCLError", "BuildError",
     "OutOfResourcesError", "CLBlastError", "LibraryNotFoundError",
