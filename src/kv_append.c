@@ -175,6 +175,7 @@ static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const appen
   int64_t rows_new, rows_pool;
   tensor_view(a, 0, &pn, &rows_new);
   tensor_view(a, 1, &pp, &rows_pool);
+  const int64_t cn[3] = {pn.batch, a->heads, rows_new}, cp[3] = {pp.batch, a->heads, rows_pool};
   if ((st = fcl_check_queue(ctx, queue))) return st;
   if (a->tokens == 0) {
     /* Nothing is read from them, but they are still required buffers of the context: a caller's bug shows
@@ -185,25 +186,25 @@ static fcl_status validate(fcl_context *ctx, cl_command_queue queue, const appen
   } else {
     if ((uint64_t)a->tokens > SIZE_MAX / (2 * sizeof(float)))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->num_tokens is %lld; too large", (long long)a->tokens);
-    if ((st = fcl_check_tensor(ctx, k_new, "k_new", &pn, a->heads, 1, a->kn_stride, a->kn_offset)) ||
-        (st = fcl_check_tensor(ctx, v_new, "v_new", &pn, a->heads, 1, a->vn_stride, a->vn_offset)) ||
+    if ((st = fcl_check_tensor(ctx, k_new, "k_new", &pn, cn, a->kn_stride, a->kn_offset)) ||
+        (st = fcl_check_tensor(ctx, v_new, "v_new", &pn, cn, a->vn_stride, a->vn_offset)) ||
         (st = fcl_check_float_buffer(ctx, slots, "slots", (size_t)a->tokens * 2)))
       return st;
   }
-  if ((st = fcl_check_tensor(ctx, k_pool, "k_pool", &pp, a->heads, rows_pool, a->kp_stride, a->kp_offset)) ||
-      (st = fcl_check_no_overlap("k_pool", &pp, a->heads, rows_pool, a->kp_stride, "k_pool")) ||
-      (st = fcl_check_tensor(ctx, v_pool, "v_pool", &pp, a->heads, rows_pool, a->vp_stride, a->vp_offset)) ||
-      (st = fcl_check_no_overlap("v_pool", &pp, a->heads, rows_pool, a->vp_stride, "v_pool")) ||
+  if ((st = fcl_check_tensor(ctx, k_pool, "k_pool", &pp, cp, a->kp_stride, a->kp_offset)) ||
+      (st = fcl_check_no_overlap("k_pool", &pp, cp, a->kp_stride, "k_pool")) ||
+      (st = fcl_check_tensor(ctx, v_pool, "v_pool", &pp, cp, a->vp_stride, a->vp_offset)) ||
+      (st = fcl_check_no_overlap("v_pool", &pp, cp, a->vp_stride, "v_pool")) ||
       (st = fcl_check_wait_list(ctx, num_wait, wait)))
     return st;
   /* The pools are written: they must share no byte with the inputs or with each other. */
   uint64_t r[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
   if (a->tokens > 0 &&
-      ((st = fcl_tensor_bytes(&pn, "k_new", a->heads, 1, a->kn_stride, a->kn_offset, &r[0][0], &r[0][1])) ||
-       (st = fcl_tensor_bytes(&pn, "v_new", a->heads, 1, a->vn_stride, a->vn_offset, &r[1][0], &r[1][1]))))
+      ((st = fcl_tensor_bytes(&pn, "k_new", cn, a->kn_stride, a->kn_offset, &r[0][0], &r[0][1])) ||
+       (st = fcl_tensor_bytes(&pn, "v_new", cn, a->vn_stride, a->vn_offset, &r[1][0], &r[1][1]))))
     return st;
-  if ((st = fcl_tensor_bytes(&pp, "k_pool", a->heads, rows_pool, a->kp_stride, a->kp_offset, &r[2][0], &r[2][1])) ||
-      (st = fcl_tensor_bytes(&pp, "v_pool", a->heads, rows_pool, a->vp_stride, a->vp_offset, &r[3][0], &r[3][1])))
+  if ((st = fcl_tensor_bytes(&pp, "k_pool", cp, a->kp_stride, a->kp_offset, &r[2][0], &r[2][1])) ||
+      (st = fcl_tensor_bytes(&pp, "v_pool", cp, a->vp_stride, a->vp_offset, &r[3][0], &r[3][1])))
     return st;
   const fcl_buffer_use uses[] = {{k_new, r[0][0], r[0][1], 0, "k_new"},
                                  {v_new, r[1][0], r[1][1], 0, "v_new"},

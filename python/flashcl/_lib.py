@@ -93,6 +93,15 @@ class fcl_attention_desc(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("sinks", cl_mem),
         ("d_sinks", cl_mem),
+        ("cu_seqlens_q", cl_mem),
+        ("total_q", ctypes.c_int64),
+        ("cu_seqlens_k", cl_mem),
+        ("total_k", ctypes.c_int64),
+        ("seqlens_k", cl_mem),
+        ("block_table", cl_mem),
+        ("block_table_stride", ctypes.c_int64),
+        ("block_size", ctypes.c_int64),
+        ("num_blocks", ctypes.c_int64),
     ]
 
 
