@@ -37,6 +37,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   __local float4 Ps4[BR * PS / 4];
   __local float Rmax[BR * TC];
   __local float Rsum[BR * TC];
+  __local int2 page[KV == 2 ? BC : 1]; /* paged keys: the current tile's blocks and rows (common.cl) */
   __local float *Qs = (__local float *)Qs4;
   __local float *KVs = (__local float *)KVs4;
   __local float *Ps = (__local float *)Ps4;
@@ -82,19 +83,23 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
-    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs, Ps and page */
+#if KV == 2
+    FCL_PAGE_ROWS(page, seq, k0, BC);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #if KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
       float x = 0.0f;
       if (k0 + r < nk && c < D) {
-        const long off = fcl_key_offset(&seq, k0 + r, k_sb, k_sn);
+        const long off = FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn);
         x = off >= 0 ? LOAD(k, off + c) : NAN;
       }
       KVs[c * KS + r] = x;
     }
 #else
-    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, k0, BC);
+    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, page, k0, BC);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -160,7 +165,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, k0, BC);
+    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
