@@ -101,7 +101,11 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   }
   char mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
-  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, p->nq, 1, plan, kernel);
+  /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
+     the tiles in what remains (2 KiB covers the largest tile), and not with a tuned shape, timed without. */
+  fcl_device_caps caps = ctx->caps;
+  if (p->block_table) caps.local_mem_size = caps.local_mem_size > 4096 ? caps.local_mem_size - 2048 : caps.local_mem_size / 2;
+  fcl_status st = fcl_portable_forward(ctx, &caps, (int)p->d, p->dtype, mods, p->nq, !p->block_table, plan, kernel);
   if (st) return st;
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
