@@ -265,6 +265,24 @@ inline int2 fcl_key_block(const fcl_seq *s, int j) {
     (dst)[r_ * DS + c_] = x_;                                                                    \
   }
 
+/* ---- GQA packing (PACK 1, for few query rows): a work-group owns kv head hk of its batch, and the rows of its
+ * tile are (query row, head) pairs of the heads that share it, r = i * group + (head - hk * group), so K and V
+ * are read once for the whole group. Tile row r's query row, head, and element offset from the group's first
+ * head's row 0 (sh, sn: the tensor's head and row strides); without PACK, r is the query row of head h.
+ * The kernel defines group, hk and h (the group's first head under PACK). */
+#ifndef PACK
+#define PACK 0
+#endif
+#if PACK
+#define ROW_I(r) ((r) / group)
+#define ROW_HEAD(r) (hk * group + (r) % group)
+#define ROW_OFF(r, sh, sn) ((long)((r) % group) * (sh) + (long)((r) / group) * (sn))
+#else
+#define ROW_I(r) (r)
+#define ROW_HEAD(r) (h)
+#define ROW_OFF(r, sh, sn) ((long)(r) * (sn))
+#endif
+
 /* ---- Split-KV: a launch's work-groups also cover `splits` chunks of each row block's visible key tiles
  * (SPLIT 1). Each writes its partial O, float32 and normalised by its own sum, into
  * part_o [splits][batch][heads][nq][D] and its lse (natural log, -inf when its chunk saw nothing, no sink)
