@@ -13,6 +13,9 @@
  * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
  * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
  * seqlen_k and D are zero-filled in local memory and never written back.
+ * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
+ * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
+ * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
  */
 #define WG (TR * TC)
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
