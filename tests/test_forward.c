@@ -1,8 +1,10 @@
 /* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
  * alignment, GQA/MQA, strided layouts, the optional lse and the score modifiers (window, softcap, ALiBi,
  * additive mask, sinks) alone and together, and NaN and +-inf in V rows that the mask hides from some rows.
- * Usage: test_forward [--small] [--reference] [--list | --case NAME]
+ * Usage: test_forward [--small | --nonfinite] [--reference] [--list | --case NAME]
  *   --small      a few small cases (for Oclgrind, which simulates every work-item)
+ *   --nonfinite  only the cases with NaN and +-inf planted in V (and, with --reference, those on an
+ *                out-of-order queue): for runs under a forced loop budget
  *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, the small ones again on an
  *                out-of-order queue, and a score matrix too large for one buffer, which must give
  *                FCL_ERROR_OUT_OF_RESOURCES
@@ -254,27 +256,35 @@ static void run_reference_extent_one_strides(test_env *env, const void *unused) 
 }
 
 int main(int argc, char **argv) {
-  int small = 0, reference = 0;
+  int small = 0, reference = 0, nonfinite = 0;
   test_cli cli = {0, NULL};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--nonfinite")) nonfinite = 1;
     else if (!strcmp(argv[i], "--reference")) reference = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small | --nonfinite] [--reference] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
   }
   enum { MAX = 200 };
   static fwd_case cases[MAX], few[8];
   static test_case list[MAX];
-  const int count = small ? small_cases(cases) : nonfinite_cases(cases, modifier_cases(cases, full_cases(cases)));
+  const int count = small       ? small_cases(cases)
+                    : nonfinite ? nonfinite_cases(cases, 0)
+                                : nonfinite_cases(cases, modifier_cases(cases, full_cases(cases)));
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     forward_case_name(&cases[i], name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, reference ? run_reference : run_forward, &cases[i]);
   }
-  if (reference) {
+  if (reference && nonfinite) {
+    for (int i = 0; i < count; ++i) {
+      forward_case_name(&cases[i], name, sizeof name);
+      n = test_case_add(list, n, MAX, "out_of_order/", name, run_reference_out_of_order, &cases[i]);
+    }
+  } else if (reference) {
     const int nfew = small_cases(few);
     for (int i = 0; i < nfew; ++i) {
       forward_case_name(&few[i], name, sizeof name);
