@@ -4,8 +4,9 @@
  *
  * A GEMM weights every key, hidden ones by P = 0, and 0 times NaN or +-inf is NaN: a NaN in a V row that a
  * query row cannot see would still reach that row. So V reaches the GEMM as a float32 copy with its non-finite
- * elements replaced by 0 and each key row marked when it held any (fcl_gather_clean_rows); the softmax flags
- * the query rows that give a marked key P != 0 (only they can see a non-finite value); fcl_nonfinite_fixup
+ * elements replaced by 0 and each key row marked when it held any, each (batch, head) pair too when one of
+ * its rows is (fcl_gather_clean_rows); in a marked pair the softmax flags the query rows that give a marked
+ * key P != 0 (only they can see a non-finite value); fcl_nonfinite_fixup
  * then adds those rows' missing terms P V for the non-finite elements from the original V. A row that sees
  * none of them keeps the GEMM's exact result; one that does gets NaN or +-inf as IEEE arithmetic over its
  * visible keys gives.
@@ -24,11 +25,12 @@ inline bool fcl_nonfinite(float x) { return (as_uint(x) & 0x7f800000u) == 0x7f80
  * hidden entries P = 0. Row `row` of the chunk is row lse_first + row of [batch, num_heads, nq]. lse
  * (optional) receives ln of the row's sum of exp over its visible keys and sink, -INFINITY for a row
  * that sees nothing (its P row is all zero). hits[row] receives 1 when the row gives P != 0 to a key that
- * marks (fcl_gather_clean_rows: [pair][nk]) flags, else 0. */
+ * marks (fcl_gather_clean_rows: [pair][nk]) flags, else 0; marks is read only in a pair marked_pairs flags, so
+ * the common case (all of V finite) costs one load a row. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, int num_heads, int nq, int nk,
-                      float scale, int write_lse, __global const uchar *marks, __global uchar *hits,
-                      FCL_MOD_ARGS) {
+                      float scale, int write_lse, __global const uchar *marks,
+                      __global const int *marked_pairs, __global uchar *hits, FCL_MOD_ARGS) {
   __local float red_m[WG];
   __local float red_l[WG];
   __local int any_hit;
@@ -81,11 +83,12 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   /* Every entry is read by the work-item that writes it, so no barrier separates the passes. */
   __global const uchar *row_marks = marks + (row / nq) * (long)nk;
+  const bool marked = marked_pairs[row / nq] != 0;
   for (int j = lid; j < nk; j += WG) {
     const float x = j >= begin && j < end ? fcl_score(&mods, srow[j] * c, r, j, nq, nk) : -INFINITY;
     const float p = x == -INFINITY ? 0.0f : exp2(x - mx) * inv;
     srow[j] = p;
-    if (p != 0.0f && row_marks[j]) atomic_or(&any_hit, 1); /* NaN P counts too */
+    if (marked && p != 0.0f && row_marks[j]) atomic_or(&any_hit, 1); /* NaN P counts too */
   }
   if (write_lse && lid == 0) lse[grow] = sum == 0.0f ? -INFINITY : (mx + log2(sum)) * FCL_LN2;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -112,10 +115,11 @@ __kernel void fcl_gather_rows(__global const store_t *src, long off, long sb, lo
 
 /* fcl_gather_rows for V, which the GEMM O = P V reads: non-finite elements are copied as 0, and the work-item
  * of each row's column 0 sets marks[pair * rows + r] (the chunk's [pairs][rows]) to 1 when any element of that
- * row is non-finite, else 0. The row's d elements are all read by that work-item, so no two write a mark. */
+ * row is non-finite, else 0 (it reads the row's d elements itself, so no two write a mark), and then sets
+ * marked_pairs[pair], which the host cleared to 0 before. */
 __kernel void fcl_gather_clean_rows(__global const store_t *src, long off, long sb, long sh, long sn,
-                                    __global float *dst, __global uchar *marks, long first, int heads, int group,
-                                    int rows, int d, long total) {
+                                    __global float *dst, __global uchar *marks, __global int *marked_pairs,
+                                    long first, int heads, int group, int rows, int d, long total) {
   const long e = get_global_id(0);
   if (e >= total) return;
   const int col = (int)(e % d);
@@ -130,6 +134,7 @@ __kernel void fcl_gather_clean_rows(__global const store_t *src, long off, long 
     bool any = false;
     for (int c = 0; c < d; ++c) any |= fcl_nonfinite(LOAD(row, c));
     marks[pr] = any;
+    if (any) atomic_or(&marked_pairs[pr / rows], 1);
   }
 }
 

@@ -15,7 +15,8 @@
  * (batch, head) pairs, all float32 unless noted:
  *   S             C * seqlen_q * seqlen_k           always
  *   V copy        C * seqlen_k * head_dim           always
- *   marks, hits   C * (seqlen_k + seqlen_q) bytes   always: the marked key rows, the flagged query rows
+ *   marks, hits   C * (seqlen_k + seqlen_q + 4) bytes  always: the marked key rows and pairs, the flagged
+ *                                                   query rows
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K copy        C * seqlen_k * head_dim           when K is not "plain"
  *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
@@ -69,7 +70,7 @@ typedef struct ref_plan {
   int plain[4];   /* REF_*: used in place by CLBlast */
   int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
   size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk (total_bytes: and lse_bytes) */
-  size_t marks_bytes, hits_bytes; /* per chunk: a byte per key row of V, per query row */
+  size_t marks_bytes, hits_bytes, pairs_bytes; /* per chunk: a byte per key row of V and per query row, an int a pair */
   size_t lse_bytes; /* lse of every pair, computed into scratch first */
 } ref_plan;
 
@@ -124,8 +125,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
                     "reference path: one head's %lld x %lld score matrix has more elements than CLBlast's 32-bit "
                     "indices reach (2^31 - 1, counting its padding)",
                     (long long)p->nq, (long long)p->nk);
-  const uint64_t per_marks = (uint64_t)p->nk, per_hits = (uint64_t)p->nq;
-  uint64_t per_pair = per_s + per_marks + per_hits;
+  const uint64_t per_marks = (uint64_t)p->nk, per_hits = (uint64_t)p->nq, per_flag = sizeof(cl_int);
+  uint64_t per_pair = per_s + per_marks + per_hits + per_flag;
   int64_t chunk = rp->pairs;
   if ((uint64_t)chunk > max_alloc / per_s) chunk = (int64_t)(max_alloc / per_s);
   if ((uint64_t)chunk > REF_INDEX_LIMIT / idx_s) chunk = (int64_t)(REF_INDEX_LIMIT / idx_s);
@@ -151,7 +152,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   rp->lse_bytes = (size_t)((uint64_t)rp->pairs * (uint64_t)p->nq * sizeof(float));
   rp->marks_bytes = (size_t)((uint64_t)chunk * per_marks);
   rp->hits_bytes = (size_t)((uint64_t)chunk * per_hits);
-  rp->total_bytes = rp->s_bytes + rp->lse_bytes + rp->marks_bytes + rp->hits_bytes;
+  rp->pairs_bytes = (size_t)((uint64_t)chunk * per_flag);
+  rp->total_bytes = rp->s_bytes + rp->lse_bytes + rp->marks_bytes + rp->hits_bytes + rp->pairs_bytes;
   for (int t = 0; t < 4; ++t) {
     rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
     rp->total_bytes += rp->copy_bytes[t];
@@ -209,6 +211,7 @@ typedef struct ref_run {
   int64_t fixup_keys; /* keys per fixup launch (the loop budget) */
   cl_mem scratch_s, copy[4];
   cl_mem marks, hits; /* V's key rows with a non-finite element; query rows that give one of them P != 0 */
+  cl_mem marked_pairs; /* pairs with a marked key row (cl_int each) */
   cl_mem lse_tmp; /* lse is computed here and copied to the caller's buffer once everything else is enqueued */
   fcl_chain chain; /* every command's event, kept until the last completes */
 } ref_run;
@@ -295,9 +298,9 @@ static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, i
   const cl_long total = (cl_long)count * rows * d;
   const size_t global = round_up((size_t)total, 64);
   if (t == REF_V) {
-    const kernel_arg args[] = {ARG(src),       ARG(off),   ARG(sb),    ARG(sh),    ARG(sn), ARG(r->copy[t]),
-                               ARG(r->marks), ARG(first_l), ARG(heads), ARG(group), ARG(rows), ARG(d),
-                               ARG(total)};
+    const kernel_arg args[] = {ARG(src),           ARG(off),   ARG(sb),   ARG(sh), ARG(sn),
+                               ARG(r->copy[t]),    ARG(r->marks), ARG(r->marked_pairs), ARG(first_l),
+                               ARG(heads),         ARG(group), ARG(rows), ARG(d),  ARG(total)};
     return launch(r, r->gather_clean, "fcl_gather_clean_rows", args, sizeof args / sizeof args[0], NULL, global, NULL);
   }
   const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh),   ARG(sn), ARG(r->copy[t]),
@@ -322,8 +325,9 @@ static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t
   const cl_int heads = (cl_int)p->heads, nq = (cl_int)p->nq, nk = (cl_int)p->nk, write_lse = lse != NULL;
   const size_t local = r->softmax_wg, global = (size_t)count * (size_t)p->nq * local;
   cl_mem lse_arg = lse ? lse : r->scratch_s; /* never written when write_lse is 0 */
-  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg),  ARG(lse_first), ARG(heads),  ARG(nq),
-                             ARG(nk),           ARG(p->scale), ARG(write_lse), ARG(r->marks), ARG(r->hits)};
+  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg), ARG(lse_first), ARG(heads),
+                             ARG(nq),           ARG(nk),      ARG(p->scale),  ARG(write_lse),
+                             ARG(r->marks),     ARG(r->marked_pairs),         ARG(r->hits)};
   return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], p, global, &local);
 }
 
@@ -359,6 +363,19 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
   const ref_plan *rp = r->rp;
   const cl_mem in[3] = {q, k, v};
   fcl_status st;
+  /* fcl_gather_clean_rows only sets the flags of the pairs it marks. */
+  {
+    cl_uint nw;
+    const cl_event *w;
+    cl_event *ev;
+    if ((st = fcl_chain_next(&r->chain, &nw, &w, &ev))) return st;
+    const cl_int zero = 0;
+    cl_int err = clEnqueueFillBuffer(r->queue, r->marked_pairs, &zero, sizeof zero, 0, (size_t)count * sizeof zero, nw,
+                                     w, ev);
+    fcl_chain_push(&r->chain);
+    if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueFillBuffer(marked pairs)", err);
+    if ((st = step_barrier(r))) return st;
+  }
   for (int t = REF_Q; t <= REF_V; ++t)
     if (!rp->plain[t] && (st = enqueue_gather(r, t, in[t], first, count))) return st;
   if ((st = step_barrier(r))) return st;
@@ -472,6 +489,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
   if (!st) st = create_scratch(ctx, rp.marks_bytes, &r.marks);
   if (!st) st = create_scratch(ctx, rp.hits_bytes, &r.hits);
+  if (!st) st = create_scratch(ctx, rp.pairs_bytes, &r.marked_pairs);
   if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
   /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
@@ -523,6 +541,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   if (r.lse_tmp) clReleaseMemObject(r.lse_tmp);
   if (r.marks) clReleaseMemObject(r.marks);
   if (r.hits) clReleaseMemObject(r.hits);
+  if (r.marked_pairs) clReleaseMemObject(r.marked_pairs);
   for (int t = 0; t < 4; ++t)
     if (r.copy[t]) clReleaseMemObject(r.copy[t]);
   return st;
