@@ -25,8 +25,8 @@ inline bool fcl_nonfinite(float x) { return (as_uint(x) & 0x7f800000u) == 0x7f80
  * hidden entries P = 0. Row `row` of the chunk is row lse_first + row of [batch, num_heads, nq]. lse
  * (optional) receives ln of the row's sum of exp over its visible keys and sink, -INFINITY for a row
  * that sees nothing (its P row is all zero). hits[row] receives 1 when the row gives P != 0 to a key that
- * marks (fcl_gather_clean_rows: [pair][nk]) flags, else 0; marks is read only in a pair marked_pairs flags, so
- * the common case (all of V finite) costs one load a row. */
+ * marks (fcl_gather_clean_rows: [pair][nk]) flags, else 0; marks is read only in a pair that marked_pairs
+ * (over the call's pairs) flags, so the common case (all of V finite) costs one load a row. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, int num_heads, int nq, int nk,
                       float scale, int write_lse, __global const uchar *marks,
@@ -83,7 +83,7 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   /* Every entry is read by the work-item that writes it, so no barrier separates the passes. */
   __global const uchar *row_marks = marks + (row / nq) * (long)nk;
-  const bool marked = marked_pairs[row / nq] != 0;
+  const bool marked = marked_pairs[pair] != 0;
   for (int j = lid; j < nk; j += WG) {
     const float x = j >= begin && j < end ? fcl_score(&mods, srow[j] * c, r, j, nq, nk) : -INFINITY;
     const float p = x == -INFINITY ? 0.0f : exp2(x - mx) * inv;
@@ -116,7 +116,7 @@ __kernel void fcl_gather_rows(__global const store_t *src, long off, long sb, lo
 /* fcl_gather_rows for V, which the GEMM O = P V reads: non-finite elements are copied as 0, and the work-item
  * of each row's column 0 sets marks[pair * rows + r] (the chunk's [pairs][rows]) to 1 when any element of that
  * row is non-finite, else 0 (it reads the row's d elements itself, so no two write a mark), and then sets
- * marked_pairs[pair], which the host cleared to 0 before. */
+ * marked_pairs[first + pair] (one flag per pair of the whole call, created 0). */
 __kernel void fcl_gather_clean_rows(__global const store_t *src, long off, long sb, long sh, long sn,
                                     __global float *dst, __global uchar *marks, __global int *marked_pairs,
                                     long first, int heads, int group, int rows, int d, long total) {
@@ -134,7 +134,7 @@ __kernel void fcl_gather_clean_rows(__global const store_t *src, long off, long 
     bool any = false;
     for (int c = 0; c < d; ++c) any |= fcl_nonfinite(LOAD(row, c));
     marks[pr] = any;
-    if (any) atomic_or(&marked_pairs[pr / rows], 1);
+    if (any) atomic_or(&marked_pairs[i], 1);
   }
 }
 

@@ -15,8 +15,8 @@
  * (batch, head) pairs, all float32 unless noted:
  *   S             C * seqlen_q * seqlen_k           always
  *   V copy        C * seqlen_k * head_dim           always
- *   marks, hits   C * (seqlen_k + seqlen_q + 4) bytes  always: the marked key rows and pairs, the flagged
- *                                                   query rows
+ *   marks, hits   C * (seqlen_k + seqlen_q) bytes   always: the marked key rows, the flagged query rows
+ *   pair flags    batch * num_heads * 4 bytes       always: the pairs with a marked key row
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K copy        C * seqlen_k * head_dim           when K is not "plain"
  *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
@@ -70,7 +70,8 @@ typedef struct ref_plan {
   int plain[4];   /* REF_*: used in place by CLBlast */
   int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
   size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk (total_bytes: and lse_bytes) */
-  size_t marks_bytes, hits_bytes, pairs_bytes; /* per chunk: a byte per key row of V and per query row, an int a pair */
+  size_t marks_bytes, hits_bytes; /* per chunk: a byte per key row of V, per query row */
+  size_t pairs_bytes;             /* a cl_int per pair of the call */
   size_t lse_bytes; /* lse of every pair, computed into scratch first */
 } ref_plan;
 
@@ -125,8 +126,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
                     "reference path: one head's %lld x %lld score matrix has more elements than CLBlast's 32-bit "
                     "indices reach (2^31 - 1, counting its padding)",
                     (long long)p->nq, (long long)p->nk);
-  const uint64_t per_marks = (uint64_t)p->nk, per_hits = (uint64_t)p->nq, per_flag = sizeof(cl_int);
-  uint64_t per_pair = per_s + per_marks + per_hits + per_flag;
+  const uint64_t per_marks = (uint64_t)p->nk, per_hits = (uint64_t)p->nq;
+  uint64_t per_pair = per_s + per_marks + per_hits;
   int64_t chunk = rp->pairs;
   if ((uint64_t)chunk > max_alloc / per_s) chunk = (int64_t)(max_alloc / per_s);
   if ((uint64_t)chunk > REF_INDEX_LIMIT / idx_s) chunk = (int64_t)(REF_INDEX_LIMIT / idx_s);
@@ -152,7 +153,7 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   rp->lse_bytes = (size_t)((uint64_t)rp->pairs * (uint64_t)p->nq * sizeof(float));
   rp->marks_bytes = (size_t)((uint64_t)chunk * per_marks);
   rp->hits_bytes = (size_t)((uint64_t)chunk * per_hits);
-  rp->pairs_bytes = (size_t)((uint64_t)chunk * per_flag);
+  rp->pairs_bytes = (size_t)((uint64_t)rp->pairs * sizeof(cl_int));
   rp->total_bytes = rp->s_bytes + rp->lse_bytes + rp->marks_bytes + rp->hits_bytes + rp->pairs_bytes;
   for (int t = 0; t < 4; ++t) {
     rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
@@ -211,7 +212,7 @@ typedef struct ref_run {
   int64_t fixup_keys; /* keys per fixup launch (the loop budget) */
   cl_mem scratch_s, copy[4];
   cl_mem marks, hits; /* V's key rows with a non-finite element; query rows that give one of them P != 0 */
-  cl_mem marked_pairs; /* pairs with a marked key row (cl_int each) */
+  cl_mem marked_pairs; /* pairs of the call with a marked key row (cl_int each, created 0, only ever set) */
   cl_mem lse_tmp; /* lse is computed here and copied to the caller's buffer once everything else is enqueued */
   fcl_chain chain; /* every command's event, kept until the last completes */
 } ref_run;
@@ -363,19 +364,6 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
   const ref_plan *rp = r->rp;
   const cl_mem in[3] = {q, k, v};
   fcl_status st;
-  /* fcl_gather_clean_rows only sets the flags of the pairs it marks. */
-  {
-    cl_uint nw;
-    const cl_event *w;
-    cl_event *ev;
-    if ((st = fcl_chain_next(&r->chain, &nw, &w, &ev))) return st;
-    const cl_int zero = 0;
-    cl_int err = clEnqueueFillBuffer(r->queue, r->marked_pairs, &zero, sizeof zero, 0, (size_t)count * sizeof zero, nw,
-                                     w, ev);
-    fcl_chain_push(&r->chain);
-    if (err != CL_SUCCESS) return fcl_cl_failure("clEnqueueFillBuffer(marked pairs)", err);
-    if ((st = step_barrier(r))) return st;
-  }
   for (int t = REF_Q; t <= REF_V; ++t)
     if (!rp->plain[t] && (st = enqueue_gather(r, t, in[t], first, count))) return st;
   if ((st = step_barrier(r))) return st;
@@ -420,9 +408,10 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
   return step_barrier(r);
 }
 
-static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+/* A scratch buffer; with init, a copy of those bytes (made at creation: nothing is enqueued). */
+static fcl_status create_buffer(fcl_context *ctx, size_t bytes, void *init, cl_mem *out) {
   cl_int err;
-  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0), bytes, init, &err);
   if (err != CL_SUCCESS) {
     *out = NULL;
     const fcl_status st = err == CL_INVALID_BUFFER_SIZE || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
@@ -433,6 +422,18 @@ static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
                     fcl_cl_error_name(err), (int)err);
   }
   return FCL_SUCCESS;
+}
+
+static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+  return create_buffer(ctx, bytes, NULL, out);
+}
+
+static fcl_status create_zeroed_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+  void *zeros = calloc(1, bytes);
+  if (!zeros) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "reference path: out of host memory (%zu bytes)", bytes);
+  const fcl_status st = create_buffer(ctx, bytes, zeros, out);
+  free(zeros);
+  return st;
 }
 
 #else /* no CLBlast */
@@ -489,7 +490,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
   if (!st) st = create_scratch(ctx, rp.marks_bytes, &r.marks);
   if (!st) st = create_scratch(ctx, rp.hits_bytes, &r.hits);
-  if (!st) st = create_scratch(ctx, rp.pairs_bytes, &r.marked_pairs);
+  if (!st) st = create_zeroed_scratch(ctx, rp.pairs_bytes, &r.marked_pairs);
   if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
   /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
