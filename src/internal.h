@@ -522,6 +522,11 @@ uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
 /* The backward's d_sinks kernel over `rows` (batch * seqlen_q) rows with wg work-items. */
 uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg);
+/* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
+uint64_t fcl_gather_clean_loop_iterations(int64_t d);
+uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);
+/* The most keys one launch of the fixup may cover within budget: 0 when budget is 0 (no limit), -1 when none. */
+int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
    loop iterations per work-item: 0 when budget is 0 (no limit), -1 when not even one tile fits. What a split of
    the key range into bounded launches (split-KV) needs: a launch over at most that many tiles stays exact. */
@@ -539,6 +544,9 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
                                       size_t dsinks_wg /* 0: no d_sinks launch */);
 fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
 fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
+/* The same for the reference path's non-finite V kernels; *keys receives the keys each fixup launch covers (nk,
+   or fewer under a budget: the fixup then runs as several launches over consecutive key ranges). */
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys);
 
 /* ---- reference.c ---- */
 
