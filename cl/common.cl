@@ -157,7 +157,9 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
   s -= m->slope * (float)abs(i + m->diag - j);
 #endif
 #if MASK
-  s += MASK_LOAD(m->mask, (long)i * m->mask_sn + j) * FCL_LOG2E;
+  /* -inf hides the key whatever the score holds (a NaN from q or k must not pass the mask as NaN + -inf). */
+  const float mv = MASK_LOAD(m->mask, (long)i * m->mask_sn + j);
+  s = mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E;
 #endif
   (void)m, (void)i, (void)j;
   return s;

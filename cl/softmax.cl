@@ -33,7 +33,7 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
                       __global const int *marked_pairs, __global uchar *hits, FCL_MOD_ARGS) {
   __local float red_m[WG];
   __local float red_l[WG];
-  __local int any_hit;
+  __local int any_hit, any_nan;
   const int lid = get_local_id(0);
   const long row = get_group_id(0);
   const long grow = lse_first + row;
@@ -48,9 +48,14 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
 
   /* Per work-item online max and sum over its strided share of the row. */
   float m = -INFINITY, l = 0.0f;
+  bool nan = false; /* a visible score is NaN (from q or k): the row's P and lse are NaN, as IEEE gives */
   for (int j = begin + lid; j < end; j += WG) {
     const float x = fcl_score(&mods, srow[j] * c, r, j, nq, nk);
     if (x == -INFINITY) continue; /* a key the mask hides */
+    if (fcl_nonfinite(x) && x != INFINITY) {
+      nan = true;
+      continue;
+    }
     if (x > m) {
       l = l * exp2(m - x) + 1.0f;
       m = x;
@@ -60,8 +65,9 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   }
   red_m[lid] = m;
   red_l[lid] = l;
-  if (lid == 0) any_hit = 0;
+  if (lid == 0) any_hit = 0, any_nan = 0;
   barrier(CLK_LOCAL_MEM_FENCE);
+  if (nan) atomic_or(&any_nan, 1);
   for (int span = WG / 2; span > 0; span >>= 1) {
     if (lid < span) {
       const float m1 = red_m[lid], m2 = red_m[lid + span];
@@ -72,6 +78,7 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   float mx = red_m[0], sum = red_l[0];
+  if (any_nan) mx = sum = NAN; /* read after the reduction's barriers */
 #if SINKS
   /* The sink joins the denominator once: sum' = sum 2^(mx - mx') + 2^(sink - mx'), mx' = max(mx, sink). */
   const float sink = FCL_SINK(h), mf = fmax(mx, sink);

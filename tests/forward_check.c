@@ -42,8 +42,11 @@ void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, co
   tensor_to_desc(o, desc->o_stride, &desc->o_offset);
 }
 
-/* Writes the planted values (PLANT_*_ROW) into v's host copy, logical [b][h][n][d]. */
-static void plant_nonfinite(test_tensor *v) {
+/* Writes the planted values (PLANT_*_ROW) into v's host copy, logical [b][h][n][d], and a NaN into key
+   PLANT_NAN_ROW's k row (its score is NaN: rows that an additive mask of -inf hides it from must still come
+   out exact). */
+static void plant_nonfinite(test_tensor *k, test_tensor *v) {
+  for (long long bh = 0; bh < k->b * k->h; ++bh) k->host[(size_t)((bh * k->n + PLANT_NAN_ROW(k->n)) * k->d)] = NAN;
   for (long long bh = 0; bh < v->b * v->h; ++bh) {
     float *inf_row = v->host + (size_t)((bh * v->n + PLANT_INF_ROW(v->n)) * v->d);
     float *nan_row = v->host + (size_t)((bh * v->n + PLANT_NAN_ROW(v->n)) * v->d);
@@ -100,8 +103,8 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
               tensor_create(env, &o, c->b, c->h, c->nq, c->d, c->layout, c->dtype, 0);
   const size_t nrows = (size_t)(c->b * c->h * c->nq);
   if (c->plant && !setup) {
-    plant_nonfinite(&v);
-    setup = tensor_upload(env, &v);
+    plant_nonfinite(&k, &v);
+    setup = tensor_upload(env, &k) | tensor_upload(env, &v);
   }
   cl_mem lse = c->with_lse ? create_float_buffer(env, nrows, NAN) : NULL;
   int result = 1;
@@ -140,16 +143,21 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   double rel = !read_ok  ? INFINITY
                : c->plant ? planted_error(o.host, ref_o, nrows, (size_t)c->d, &max_abs, &pc)
                           : rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs);
-  if (lse && read_ok) rel_error(got_lse, ref_lse, nrows, &lse_max);
+  planted_counts pl = {0, 0, 0, 0}; /* lse: NaN exactly where the reference's is (rows that see a NaN score) */
+  if (lse && read_ok) {
+    if (c->plant) planted_error(got_lse, ref_lse, nrows, 1, &lse_max, &pl);
+    else rel_error(got_lse, ref_lse, nrows, &lse_max);
+  }
   const double tol = forward_tolerance(c->dtype);
   const int gaps_ok = tensor_gaps_untouched(env, &o);
   if (!gaps_ok) printf("     o: an element outside the tensor (padding or offset) was written\n");
   /* A planted case tests nothing unless some rows see the planted values and some do not. */
   const int planted_ok = !c->plant || (pc.mismatched == 0 && pc.nan > 0 && pc.inf > 0 && pc.clean_rows > 0);
   if (c->plant)
-    printf("     planted: %zu NaN and %zu +-inf elements expected, %zu not so; %zu rows see none of them\n", pc.nan,
-           pc.inf, pc.mismatched, pc.clean_rows);
-  const int ok = read_ok && gaps_ok && planted_ok && rel <= tol && (!lse || lse_max <= FWD_TOL_LSE);
+    printf("     planted: %zu NaN and %zu +-inf elements expected, %zu not so; %zu rows see none of them; lse: %zu NaN "
+           "expected, %zu not so\n",
+           pc.nan, pc.inf, pc.mismatched, pc.clean_rows, pl.nan, pl.mismatched);
+  const int ok = read_ok && gaps_ok && planted_ok && rel <= tol && (!lse || (lse_max <= FWD_TOL_LSE && pl.mismatched == 0));
   if (lse)
     check(ok, "%s %s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e)", label, what, rel, tol,
           max_abs, lse_max, FWD_TOL_LSE);
