@@ -89,7 +89,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
   const int first_i = ROW_I(q0), last_i = ROW_I(min(q0 + BR, nrows) - 1);
-#if PACK && (ALIBI || MASK)
+#if PACK && (ALIBI || MASK != 0)
   /* Packed rows of different heads: each row's own ALiBi slope and mask. */
   fcl_mods rmods[RM];
   for (int i = 0; i < RM; ++i) FCL_MODS_INIT(rmods[i], b, ROW_HEAD(q0 + tr * RM + i), nq, nk);
@@ -154,13 +154,14 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
        exclude hidden entries from P V (a NaN in a hidden V row must not reach the output), as does a mask,
        which may hide any key. */
     const bool whole = !fcl_tile_masked(&mods, first_i, last_i, k0, BC, nk);
-    const bool guard = MASK || !whole;
+    const bool score_mods = (SOFTCAP | ALIBI | MASK) != 0; /* a variable: `|| !whole` is then no constant test */
+    const bool guard = (MASK != 0) | !whole;
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
+        if (score_mods || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;
