@@ -16,8 +16,10 @@ void seq_case_name(const seq_case *c, char *out, size_t size) {
   char nq[16];
   if (c->nq) snprintf(nq, sizeof nq, "%d", c->nq);
   else snprintf(nq, sizeof nq, "prompt");
-  snprintf(out, size, "H%d_Hkv%d_d%d_%s%s_q%s%s_%s%s_k%s%s%s", c->h, c->hkv, c->d, dtype_name(c->dtype),
-           c->causal ? "_causal" : "", nq, c->varlen_q ? "-packed" : "", kv_names[c->kv], block, lens, mods,
+  char spare[24] = "";
+  if (c->spare_k) snprintf(spare, sizeof spare, "_seqused-spare%d", c->spare_k);
+  snprintf(out, size, "H%d_Hkv%d_d%d_%s%s_q%s%s_%s%s_k%s%s%s%s", c->h, c->hkv, c->d, dtype_name(c->dtype),
+           c->causal ? "_causal" : "", nq, c->varlen_q ? "-packed" : "", kv_names[c->kv], block, lens, spare, mods,
            bad_names[c->bad]);
 }
 
@@ -88,13 +90,13 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   memset(in, 0, sizeof *in);
   in->c = c;
   in->bad_block_entry = -1;
-  const int B = c->b, H = c->h, Hkv = c->hkv, D = c->d;
+  const int B = c->b, H = c->h, Hkv = c->hkv, D = c->d, spare = c->kv == KV_PACKED ? c->spare_k : 0;
   for (int b = 0; b < B; ++b) {
     in->nk[b] = c->lens[b];
     in->nq[b] = c->nq ? c->nq : in->nk[b];
     if (in->nq[b] > in->nq_max) in->nq_max = in->nq[b];
-    if (in->nk[b] > in->nk_max) in->nk_max = in->nk[b];
-    in->cu_q[b + 1] = in->cu_q[b] + in->nq[b], in->cu_k[b + 1] = in->cu_k[b] + in->nk[b];
+    if (in->nk[b] + spare > in->nk_max) in->nk_max = in->nk[b] + spare;
+    in->cu_q[b + 1] = in->cu_q[b] + in->nq[b], in->cu_k[b + 1] = in->cu_k[b] + in->nk[b] + spare;
   }
   if (!c->varlen_q) /* dense queries: every sequence has nq_max rows */
     for (int b = 0; b < B; ++b) in->nq[b] = in->nq_max, in->cu_q[b + 1] = in->cu_q[b] + in->nq_max;
@@ -185,7 +187,8 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   if (c->kv == KV_PACKED) {
     setup |= !(in->cuk = int_buffer(env, cu_k, (size_t)B + 1));
     desc->cu_seqlens_k = in->cuk, desc->total_k = in->total_k;
-  } else {
+  }
+  if (c->kv != KV_PACKED || spare) {
     setup |= !(in->lens = int_buffer(env, seqlens, (size_t)B));
     desc->seqlens_k = in->lens;
   }

@@ -24,6 +24,8 @@ typedef struct seq_case {
   const int *lens; /* b key counts */
   int bad;         /* BAD_*: an index planted to be wrong, in the last sequence (the victim) */
   test_mods mods;
+  int spare_k;     /* KV_PACKED: each sequence's cu_seqlens_k range holds spare_k rows (NaN) past the keys it
+                      attends to, which seqlens_k gives (FA2's seqused_k); seqlen_k counts them */
 } seq_case;
 
 /* The case's name: heads, dtype, causal, query rows, K/V layout, lengths, modifiers, planted index. */
@@ -31,7 +33,8 @@ void seq_case_name(const seq_case *c, char *out, size_t size);
 
 typedef struct seq_inputs {
   const seq_case *c;
-  int nq[MAX_SEQS], nk[MAX_SEQS], nq_max, nk_max, total_q, total_k;
+  int nq[MAX_SEQS], nk[MAX_SEQS], nq_max, nk_max, total_q, total_k; /* nk: the keys attended to; nk_max:
+                                                                        seqlen_k, spare rows included */
   int cu_q[MAX_SEQS + 1], cu_k[MAX_SEQS + 1]; /* the true offsets (the device's copies may hold a planted one) */
   float *sq[MAX_SEQS], *sk[MAX_SEQS], *sv[MAX_SEQS]; /* sequence b's [H or Hkv][n][D], rounded to the dtype */
   int bs, table_stride, num_blocks, *table;         /* KV_PAGED (table as uploaded, planted entry included) */

@@ -137,6 +137,9 @@ static int full_cases(seq_case *list) {
   /* Dense [batch] keys with per-sequence counts (a padded KV cache), decode and 5 rows. */
   n = add(list, n, (seq_case){5, 8, 1, 128, FCL_DTYPE_F16, 1, 0, KV_DENSE, 0, 0, 1, lens_mixed, 0, none});
   n = add(list, n, (seq_case){5, 2, 2, 16, FCL_DTYPE_F32, 0, 0, KV_DENSE, 0, 0, 5, lens_mixed, 0, none});
+  /* Packed keys whose ranges hold spare rows past each sequence's seqlens_k (FA2's seqused_k). */
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, 0, none, 3});
+  n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 4, lens_short, BAD_SEQLEN, none, 2});
   /* Every modifier with each layout. */
   const test_mods all = {1.5f, 2, MASK_FULL_F32, 0, 1, 9, 2, 1}, ggml = {0, 1, MASK_GGML_F16, 1, 0, 0, 0, 1};
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PAGED, 16, 0, 0, lens_short, 0, all});

@@ -11,7 +11,8 @@
  * dV are compared per sequence with backward_check.h's bounds, ||grad - ref|| over the larger of ||ref|| and
  * the sequence's ||dV ref||: a gradient that cancels to nothing (dQ and dK of a one-key causal row are 0 up to
  * O's rounding) is measured against the scale of one that does not. Rows beyond a sequence's seqlens_k must
- * be exactly 0 in dK and dV, rows that see no key exactly 0 in dQ. d_sinks as backward_check.c checks it.
+ * be exactly 0 in dK and dV (dense [batch] keys, and packed ranges with spare rows past seqlens_k), rows that
+ * see no key exactly 0 in dQ. d_sinks as backward_check.c checks it.
  * Usage: test_sequences_backward [--small] [--list | --case NAME]
  *   --small              a few small cases, for Oclgrind (which proves no access leaves a buffer)
  *   --list, --case NAME  list the cases, or run one (test_cases.h) */
@@ -208,7 +209,7 @@ static void run_case(test_env *env, const void *arg) {
       const int q_expect = !is_victim ? 0 : c->bad == BAD_CU_Q ? 1 : 2;  /* 0 compare, 1 sentinel, 2 NaN */
       const int kv_expect = !is_victim ? 0 : c->bad == BAD_CU_K ? 1 : 2;
       /* The key rows this sequence owns: its packed range, or its batch's seqlen_k rows when dense. */
-      const int k_rows = c->kv == KV_DENSE ? in.nk_max : nk;
+      const int k_rows = c->kv == KV_DENSE ? in.nk_max : in.cu_k[b + 1] - in.cu_k[b];
       double e2[3] = {0, 0, 0}, r2[3] = {0, 0, 0};
       for (int h = 0; h < H; ++h)
         for (int i = 0; i < nq; ++i) {
@@ -309,6 +310,7 @@ static int small_cases(bwd_seq_case *list) {
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 2, lens_short, BAD_CU_Q, sinks}, 0, 0);
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_BF16, 0, 0, KV_DENSE, 0, 0, 1, lens_short, BAD_SEQLEN, sinks}, 0, 0);
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K, sinks}, 0, 0);
+  n = add(list, n, (seq_case){3, 2, 1, 8, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_SEQLEN, sinks, 2}, 0, 0);
   n = add(list, n, (seq_case){3, 2, 1, 8, FCL_DTYPE_F32, 1, 1, KV_PAGED, 4, 0, 0, lens_short, BAD_NONE, none}, 0, 0);
   return n;
 }
@@ -325,7 +327,11 @@ static int full_cases(bwd_seq_case *list) {
   /* Queries shorter than keys (bottom-right causal; the one-key sequence has rows that see nothing). */
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 5, lens_mixed, 0, none}, 0, 0);
   n = add(list, n, (seq_case){5, 4, 4, 40, FCL_DTYPE_BF16, 1, 1, KV_PACKED, 0, 0, 17, lens_mixed, 0, none}, 0, 0);
-  /* Packed keys with dense queries; dense [batch] keys with per-sequence counts (rows past them get 0). */
+  /* Packed keys with dense queries; dense [batch] keys with per-sequence counts and packed keys with spare
+     rows past them (FA2's seqused_k): rows past the counts get 0. */
+  const test_mods window_sinks = {0, 0, 0, 0, 1, 6, 0, 1};
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, 0, sinks, 3}, 0, 0);
+  n = add(list, n, (seq_case){3, 4, 1, 40, FCL_DTYPE_BF16, 0, 1, KV_PACKED, 0, 0, 2, lens_short, 0, window_sinks, 5}, 0, 0);
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F32, 1, 0, KV_PACKED, 0, 0, 4, lens_short, 0, none}, 0, 0);
   n = add(list, n, (seq_case){5, 8, 1, 128, FCL_DTYPE_F16, 1, 0, KV_DENSE, 0, 0, 3, lens_mixed, 0, none}, 0, 0);
   n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_F32, 0, 1, KV_DENSE, 0, 0, 0, lens_short, 0, sinks}, 0, 0);
@@ -347,6 +353,7 @@ static int full_cases(bwd_seq_case *list) {
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_BF16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K, sinks}, 0, 0);
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 0, KV_DENSE, 0, 0, 4, lens_mixed, BAD_SEQLEN, sinks}, 0, 0);
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K, none}, 1, 0);
+  n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_SEQLEN, sinks, 2}, 0, 0);
   /* Paged K/V is refused. */
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PAGED, 16, 0, 0, lens_short, 0, none}, 0, 0);
   return n;
