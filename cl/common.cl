@@ -157,7 +157,9 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
   s -= m->slope * (float)abs(i + m->diag - j);
 #endif
 #if MASK
-  s += MASK_LOAD(m->mask, (long)i * m->mask_sn + j) * FCL_LOG2E;
+  /* -inf hides the key whatever the score holds (a NaN from q or k must not pass the mask as NaN + -inf). */
+  const float mv = MASK_LOAD(m->mask, (long)i * m->mask_sn + j);
+  s = mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E;
 #endif
   (void)m, (void)i, (void)j;
   return s;
@@ -204,6 +206,7 @@ typedef struct fcl_seq {
                       SEQLENS_K; 0 when its cu_k entries did not fit) */
   __global const int *table; /* KV 2: its row of the block table */
   int block_size, num_blocks; /* KV 2: the pools' geometry */
+  int block_shift;            /* KV 2: log2(block_size) when it is a power of two (the common sizes), else -1 */
 } fcl_seq;
 
 /* A packed range [cu[b], cu[b + 1]) that fits in [0, total) and is at most max long; else (-1, 0). */
@@ -218,6 +221,7 @@ inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) 
     (s).nq = (nq_max), (s).nk = (nk_max), (s).q_row = 0, (s).k_row = 0, (s).bad = false;   \
     (s).skip = false, (s).k_rows = (nk_max);                                                \
     (s).table = block_table, (s).block_size = block_size, (s).num_blocks = num_blocks;     \
+    (s).block_shift = (block_size & (block_size - 1)) == 0 ? 31 - clz(block_size) : -1;     \
     if (VARLEN_Q) {                                                                         \
       const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max));                       \
       (s).q_row = max(r_.x, 0), (s).nq = r_.y, (s).skip = r_.x < 0;                         \
@@ -234,31 +238,56 @@ inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) 
     if (KV == 2) (s).table = block_table + (long)(b) * table_stride;                        \
   } while (0)
 
-/* Element offset of key j's row from its (batch or pool, kv head) base, given the tensor's block or batch
-   stride sb and row stride sn; -1 when a paged key's block is outside the pool (the host has checked that
-   every key below seqlen_k has a table entry). */
-inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {
-#if KV == 2
-  const int e = j / s->block_size, blk = s->table[e];
-  return blk >= 0 && blk < s->num_blocks ? (long)blk * sb + (long)(j - e * s->block_size) * sn : -1;
-#else
-  (void)s, (void)sb;
-  return (long)j * sn;
-#endif
+/* Paged keys: the pool block of key j (-1 when its table entry is outside the pool; the host has checked
+   that every key below seqlen_k has an entry) and its row in that block. */
+inline int2 fcl_key_block(const fcl_seq *s, int j) {
+  const int e = s->block_shift >= 0 ? j >> s->block_shift : j / s->block_size, blk = s->table[e];
+  return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - e * s->block_size);
 }
 
-/* Cooperative load of key rows j0.. of K or V (fcl_key_offset's addressing) into a local [rows][DS] tile as
-   LOAD_TILE does; a row of a block outside the pool loads as NaN. */
-#define LOAD_KEY_TILE(dst, src, sb, sn, seq, j0, rows)                                           \
+/* A tile's key rows j0 .. j0 + rows - 1 resolved once for its K and V loads: with KV 2 each row's block and
+   row in the block go to local `page` (int2 [rows]; the caller synchronises before reading it); otherwise
+   nothing is needed (row j is j * row stride from the sequence's base). */
+#define FCL_PAGE_ROWS(page, seq, j0, rows)                                                   \
+  if (KV == 2)                                                                              \
+    for (int r_ = lid; r_ < (rows); r_ += WG)                                               \
+      (page)[r_] = (j0) + r_ < (seq).nk ? fcl_key_block(&(seq), (j0) + r_) : (int2)(-1, 0);
+
+/* Element offset of tile row r (key j) from its (batch or pool, kv head) base, for a tensor whose block or
+   batch stride is sb and row stride sn; -1 for a key of a block outside the pool. */
+#define FCL_KEY_OFFSET(page, r, j, sb, sn) \
+  (KV == 2 ? ((page)[r].x >= 0 ? (long)(page)[r].x * (sb) + (long)(page)[r].y * (sn) : -1L) : (long)(j) * (sn))
+
+/* Cooperative load of key rows j0.. (j0 + r < seq.nk) of K or V into a local [rows][DS] tile as LOAD_TILE
+   does, addressed through FCL_KEY_OFFSET; a row of a block outside the pool loads as NaN. */
+#define LOAD_KEY_TILE(dst, src, sb, sn, seq, page, j0, rows)                                     \
   for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
     const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
     float x_ = 0.0f;                                                                             \
     if ((j0) + r_ < (seq).nk && c_ < D) {                                                        \
-      const long off_ = fcl_key_offset(&(seq), (j0) + r_, (sb), (sn));                           \
+      const long off_ = FCL_KEY_OFFSET(page, r_, (j0) + r_, (sb), (sn));                         \
       x_ = off_ >= 0 ? LOAD(src, off_ + c_) : NAN;                                               \
     }                                                                                            \
     (dst)[r_ * DS + c_] = x_;                                                                    \
   }
+
+/* ---- GQA packing (PACK 1, for few query rows): a work-group owns kv head hk of its batch, and the rows of its
+ * tile are (query row, head) pairs of the heads that share it, r = i * group + (head - hk * group), so K and V
+ * are read once for the whole group. Tile row r's query row, head, and element offset from the group's first
+ * head's row 0 (sh, sn: the tensor's head and row strides); without PACK, r is the query row of head h.
+ * The kernel defines group, hk and h (the group's first head under PACK). */
+#ifndef PACK
+#define PACK 0
+#endif
+#if PACK
+#define ROW_I(r) ((r) / group)
+#define ROW_HEAD(r) (hk * group + (r) % group)
+#define ROW_OFF(r, sh, sn) ((long)((r) % group) * (sh) + (long)((r) / group) * (sn))
+#else
+#define ROW_I(r) (r)
+#define ROW_HEAD(r) (h)
+#define ROW_OFF(r, sh, sn) ((long)(r) * (sn))
+#endif
 
 /* ---- Split-KV: a launch's work-groups also cover `splits` chunks of each row block's visible key tiles
  * (SPLIT 1). Each writes its partial O, float32 and normalised by its own sum, into

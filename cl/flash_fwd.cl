@@ -13,6 +13,9 @@
  * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
  * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
  * seqlen_k and D are zero-filled in local memory and never written back.
+ * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
+ * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
+ * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
  */
 #define WG (TR * TC)
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
@@ -37,6 +40,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   __local float4 Ps4[BR * PS / 4];
   __local float Rmax[BR * TC];
   __local float Rsum[BR * TC];
+  __local int2 page[KV == 2 ? BC : 1]; /* paged keys: the current tile's blocks and rows (common.cl) */
   __local float *Qs = (__local float *)Qs4;
   __local float *KVs = (__local float *)KVs4;
   __local float *Ps = (__local float *)Ps4;
@@ -49,22 +53,29 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int blocks = get_num_groups(0) / splits;
   const int split = get_group_id(0) / blocks;
   const int q0 = (blocks - 1 - get_group_id(0) % blocks) * BR;
-  const int h = get_group_id(1);
+#if PACK
+  const int hk = get_group_id(1), h = hk * group; /* h: the group's first head (common.cl's ROW_*) */
+#else
+  const int h = get_group_id(1), hk = h / group;
+#endif
   const int b = get_group_id(2);
-  const int hk = h / group;
 
-  /* This sequence's lengths and rows (common.cl); a block past its last query row has nothing to do. */
+  /* This sequence's lengths and rows (common.cl); a block past its last row has nothing to do. */
   fcl_seq seq;
   FCL_SEQ_INIT(seq, b, nq_max, nk_max);
   const int nq = seq.nq, nk = seq.nk;
-  if (q0 >= nq) return;
+  const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
+  if (q0 >= nrows) return;
   q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
   o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
   k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
   v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
-  LOAD_TILE(Qs, q, q_sn, q0, BR, nq, scale * FCL_LOG2E);
+  for (int i_ = lid; i_ < BR * DP; i_ += WG) {
+    const int r_ = i_ / DP, c_ = i_ % DP;
+    Qs[r_ * DS + c_] = q0 + r_ < nrows && c_ < D ? LOAD(q, ROW_OFF(q0 + r_, q_sh, q_sn) + c_) * (scale * FCL_LOG2E) : 0.0f;
+  }
 
   float m[RM], l[RM], acc[RM][DN];
   for (int i = 0; i < RM; ++i) {
@@ -73,28 +84,41 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
   }
 
-  /* The keys the block's rows see: tiles outside the window are never loaded. */
+  /* The keys the block's rows see: tiles outside the window are never loaded. The window does not depend on
+     the head, so mods serves every packed row for it. */
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
-  const int last_row = min(q0 + BR, nq) - 1;
+  const int first_i = ROW_I(q0), last_i = ROW_I(min(q0 + BR, nrows) - 1);
+#if PACK && (ALIBI || MASK)
+  /* Packed rows of different heads: each row's own ALiBi slope and mask. */
+  fcl_mods rmods[RM];
+  for (int i = 0; i < RM; ++i) FCL_MODS_INIT(rmods[i], b, ROW_HEAD(q0 + tr * RM + i), nq, nk);
+#define ROW_MODS(i) (&rmods[i])
+#else
+#define ROW_MODS(i) (&mods)
+#endif
   /* Split-KV: this work-group's chunk of them (all of them without SPLIT). */
-  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, q0), fcl_key_end(&mods, last_row, nk), BC, split, splits);
+  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, first_i), fcl_key_end(&mods, last_i, nk), BC, split, splits);
   const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
-    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs, Ps and page */
+#if KV == 2
+    FCL_PAGE_ROWS(page, seq, k0, BC);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #if KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
       float x = 0.0f;
       if (k0 + r < nk && c < D) {
-        const long off = fcl_key_offset(&seq, k0 + r, k_sb, k_sn);
+        const long off = FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn);
         x = off >= 0 ? LOAD(k, off + c) : NAN;
       }
       KVs[c * KS + r] = x;
     }
 #else
-    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, k0, BC);
+    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, page, k0, BC);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -129,14 +153,14 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     /* A tile every row sees whole needs no per-element mask (rows beyond nq are never written); others
        exclude hidden entries from P V (a NaN in a hidden V row must not reach the output), as does a mask,
        which may hide any key. */
-    const bool whole = !fcl_tile_masked(&mods, q0, last_row, k0, BC, nk);
+    const bool whole = !fcl_tile_masked(&mods, first_i, last_i, k0, BC, nk);
     const bool guard = MASK || !whole;
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nq, nk);
+        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;
@@ -160,7 +184,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, k0, BC);
+    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
@@ -188,11 +212,12 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
 
   for (int i = 0; i < RM; ++i) {
     const int row = q0 + tr * RM + i;
-    if (row >= nq) continue;
+    if (row >= nrows) continue;
+    const int hr = ROW_HEAD(row), qi = ROW_I(row); /* the row's head and query row */
 #if SPLIT
     /* A chunk's partial result, in rows padded to nq_max; the combine adds the sink and normalises across
        chunks. */
-    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + h) * nq_max + row;
+    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + hr) * nq_max + qi;
     const float pinv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
@@ -203,7 +228,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
 #endif
 #if SINKS
     /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
-    const float sink = FCL_SINK(h), mf = fmax(m[i], sink);
+    const float sink = FCL_SINK(hr), mf = fmax(m[i], sink);
     if (mf != -INFINITY) {
       const float c = exp2(m[i] - mf);
       l[i] = l[i] * c + exp2(sink - mf);
@@ -216,10 +241,10 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     const float inv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
-      if (c < D) STORE(o, row * o_sn + c, acc[i][n] * inv);
+      if (c < D) STORE(o, ROW_OFF(row, o_sh, o_sn) + c, acc[i][n] * inv);
     }
-    const long lse_row = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+    const long lse_row = VARLEN_Q ? (long)hr * total_q + seq.q_row : ((long)b * num_heads + hr) * nq_max;
     if (lse && tc == 0)
-      lse[lse_row + row] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+      lse[lse_row + qi] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
   }
 }

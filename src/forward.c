@@ -99,10 +99,18 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   } else {
     snprintf(why, sizeof why, "%s", nv.reason);
   }
-  char mods[160];
+  char mods[176];
   fcl_modifier_defines(p, mods, sizeof mods);
-  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, p->nq, 1, plan, kernel);
+  const int pack = fcl_forward_packs(p);
+  if (pack) strcat(mods, " -DPACK=1");
+  /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
+     the tiles in what remains (2 KiB covers the largest tile), and not with a tuned shape, timed without. */
+  fcl_device_caps caps = ctx->caps;
+  if (p->block_table) caps.local_mem_size = caps.local_mem_size > 4096 ? caps.local_mem_size - 2048 : caps.local_mem_size / 2;
+  fcl_status st = fcl_portable_forward(ctx, &caps, (int)p->d, p->dtype, mods, pack ? p->nq * p->group : p->nq,
+                                       !p->block_table, plan, kernel);
   if (st) return st;
+  plan->pack = pack;
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
@@ -136,8 +144,8 @@ static fcl_status enqueue_launch(cl_command_queue queue, const fcl_problem *p, c
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &splits));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), part ? &part : NULL));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &part_lse_off));
-  const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br) * (size_t)splits;
-  const size_t global[3] = {blocks * (size_t)t->wg, (size_t)p->heads, (size_t)p->batch};
+  const size_t blocks = (size_t)fcl_forward_row_blocks(p, t) * (size_t)splits;
+  const size_t global[3] = {blocks * (size_t)t->wg, (size_t)fcl_forward_grid_heads(p, t), (size_t)p->batch};
   const size_t local[3] = {(size_t)t->wg, 1, 1};
   FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, event));
   return FCL_SUCCESS;

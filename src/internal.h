@@ -95,6 +95,8 @@ typedef struct fcl_tile_plan {
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
+  int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
+                       group (PACK in common.cl) */
   size_t local_bytes;
   char reason[192];
 } fcl_tile_plan;
@@ -120,6 +122,12 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
    the block's key tiles. 1 for kernels that do not split. */
 struct fcl_problem;
 int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
+/* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's
+   heads (the kv heads when t packs a GQA group into each work-group, else the query heads). */
+int64_t fcl_forward_row_blocks(const struct fcl_problem *p, const fcl_tile_plan *t);
+int64_t fcl_forward_grid_heads(const struct fcl_problem *p, const fcl_tile_plan *t);
+/* 1 when the portable forward packs p's GQA groups: few query rows (decode, speculative) sharing kv heads. */
+int fcl_forward_packs(const struct fcl_problem *p);
 
 /* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
 
@@ -519,6 +527,11 @@ uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
 /* The backward's d_sinks kernel over batch sequences of at most nq query rows each, with wg work-items. */
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg);
+/* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
+uint64_t fcl_gather_clean_loop_iterations(int64_t d);
+uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);
+/* The most keys one launch of the fixup may cover within budget: 0 when budget is 0 (no limit), -1 when none. */
+int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
    loop iterations per work-item: 0 when budget is 0 (no limit), -1 when not even one tile fits. What a split of
    the key range into bounded launches (split-KV) needs: a launch over at most that many tiles stays exact. */
@@ -536,6 +549,9 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
                                       size_t dsinks_wg /* 0: no d_sinks launch */);
 fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
 fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
+/* The same for the reference path's non-finite V kernels; *keys receives the keys each fixup launch covers (nk,
+   or fewer under a budget: the fixup then runs as several launches over consecutive key ranges). */
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys);
 
 /* ---- reference.c ---- */
 

@@ -117,6 +117,19 @@ uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg) {
   return per_item /* online max and sum */ + halvings(wg) /* reduction */ + per_item /* write P */;
 }
 
+/* ---- the reference path's exclusion of hidden non-finite V (cl/softmax.cl): fcl_gather_clean_rows reads a
+   row's d elements on one work-item; fcl_nonfinite_fixup makes a pass over d for each key of its range ---- */
+
+uint64_t fcl_gather_clean_loop_iterations(int64_t d) { return (uint64_t)(d > 0 ? d : 0); }
+
+uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d) {
+  return nest((uint64_t)(keys > 0 ? keys : 0), (uint64_t)(d > 0 ? d : 0));
+}
+
+int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
+  return max_tiles(0, fcl_nonfinite_fixup_loop_iterations(1, d), budget);
+}
+
 /* ---- refusals, with the numbers ---- */
 
 /* The most rows of a range of n that a block of `block` rows of the other side sees: the window (wl + wr
@@ -198,6 +211,19 @@ fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, si
                   "(%zu work-items a row), but %s allows %llu per work-item and launch (%s; beyond it the driver "
                   "silently ends every loop): refused rather than computed wrong",
                   (long long)nk, (unsigned long long)n, wg, caps->device_name, caps->loop_budget, caps->quirk_detail);
+}
+
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys) {
+  const int64_t most = fcl_nonfinite_fixup_max_keys(d, caps->loop_budget);
+  if (most < 0 || (caps->loop_budget && fcl_gather_clean_loop_iterations(d) > caps->loop_budget))
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "the reference path's exclusion of non-finite V values runs up to %llu loop iterations per "
+                    "work-item for one key of head_dim %lld, but %s allows %llu per work-item and launch (%s; beyond "
+                    "it the driver silently ends every loop): refused rather than computed wrong",
+                    (unsigned long long)fcl_nonfinite_fixup_loop_iterations(1, d), (long long)d, caps->device_name,
+                    caps->loop_budget, caps->quirk_detail);
+  *keys = most == 0 || most > nk ? nk : most;
+  return FCL_SUCCESS;
 }
 
 fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg) {

@@ -117,9 +117,19 @@ int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype,
   return -1;
 }
 
+int64_t fcl_forward_row_blocks(const fcl_problem *p, const fcl_tile_plan *t) {
+  return (p->nq * (t->pack ? p->group : 1) + t->br - 1) / t->br;
+}
+
+int64_t fcl_forward_grid_heads(const fcl_problem *p, const fcl_tile_plan *t) { return t->pack ? p->kv_heads : p->heads; }
+
+/* Packed tiles of up to 64 rows: decode and speculative decoding, where a head's few rows would leave most of
+   a tile empty and every head of a group would read the same keys again. */
+int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->group <= 64; }
+
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
   if (t->kernel != FCL_KERNEL_PORTABLE) return 1;
-  const double groups = (double)((p->nq + t->br - 1) / t->br) * (double)p->heads * (double)p->batch;
+  const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double slots = (double)(caps->compute_units ? caps->compute_units : 1) * (caps->is_cpu ? 1 : 2);
   if (groups >= 0.8 * slots) return 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */

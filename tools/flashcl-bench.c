@@ -46,6 +46,9 @@ typedef struct options {
   int impl[IMPL_COUNT];
   int iters, warmup;
   int json;
+  int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
+  long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
+  long long paged;        /* --paged BS: K and V in a pool of blocks of BS rows, in shuffled order; 0 dense */
   double max_diff; /* > 0: exit status 1 when max |O_flash - O_reference| exceeds it */
 } options;
 
@@ -59,6 +62,7 @@ typedef struct bench {
   char device_name[256], driver[128], platform_name[128];
   cl_ulong max_alloc;
   cl_mem gate_buf; /* 4 bytes the gate command fills */
+  cl_mem flush_buf; /* --flush MiB, filled before each run's gate (NULL: none) */
 } bench;
 
 /* One (impl, N) measurement. */
@@ -85,6 +89,11 @@ static void usage(FILE *f) {
           "                      stops at its first failure (out of memory), the others go on\n"
           "  --seqlen-q Q        Q query rows against each --seqlen N keys (decode: 1; default Q = N);\n"
           "                      the table then also gives the K and V bytes read per second\n"
+          "  --layout bhnd|bnhd  q, k, v, o as [batch, heads, seq, d] (default) or [batch, seq, heads, d]\n"
+          "  --paged BS          k and v in a paged pool [blocks, BS, kv heads, d] (vLLM's order) with a\n"
+          "                      block table in shuffled order (the flash forward only)\n"
+          "  --flush MIB         fill a MIB-MiB buffer before each run (outside its time), so that its inputs\n"
+          "                      are not read from the cache a previous run left them in (default 0)\n"
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
@@ -159,7 +168,17 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--seqlen-q")) NUMBER(o->seqlen_q, 1);
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
+    else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
+    else if (!strcmp(a, "--paged")) NUMBER(o->paged, 1);
     else if (!strcmp(a, "--causal")) o->causal = 1;
+    else if (!strcmp(a, "--layout")) {
+      NEED_VALUE();
+      if (strcmp(val, "bhnd") && strcmp(val, "bnhd")) {
+        fprintf(stderr, "flashcl-bench: --layout %s: expected bhnd or bnhd\n", val);
+        return -1;
+      }
+      o->bnhd = !strcmp(val, "bnhd");
+    }
     else if (!strcmp(a, "--window")) {
       NEED_VALUE();
       if (sscanf(val, "%lld,%lld", &o->window_left, &o->window_right) != 2 || o->window_left < -1 ||
@@ -302,6 +321,13 @@ static int open_device(bench *b) {
     fprintf(stderr, "flashcl-bench: clCreateBuffer failed (%d)\n", (int)err);
     return -1;
   }
+  if (b->opt.flush_mib > 0) {
+    b->flush_buf = clCreateBuffer(b->context, CL_MEM_READ_WRITE, (size_t)b->opt.flush_mib << 20, NULL, &err);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "flashcl-bench: clCreateBuffer of --flush %lld MiB failed (%d)\n", b->opt.flush_mib, (int)err);
+      return -1;
+    }
+  }
   fcl_status st = fcl_context_create(b->context, b->device, NULL, &b->fcl);
   if (st) {
     fprintf(stderr, "flashcl-bench: fcl_context_create: %s: %s\n", fcl_status_string(st), fcl_last_error());
@@ -417,7 +443,7 @@ static cl_mem make_buffer(bench *b, size_t count, fcl_dtype t, int random, cl_in
 /* ---- one timed call ---- */
 
 typedef struct tensors {
-  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
+  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace, table;
   int splits; /* the flash forward's split-KV chunks (fcl_describe_plan) */
 } tensors;
 
@@ -449,6 +475,15 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
   cl_event marker = NULL, ev = NULL;
   /* The gate command: a 4-byte fill (a real command, so drivers that give markers no time still time it). */
   const cl_uint zero = 0;
+  if (b->flush_buf) { /* before the gate, so outside the run's time */
+    const cl_uint junk = 0x3c003c00u;
+    err = clEnqueueFillBuffer(b->queue, b->flush_buf, &junk, sizeof junk, 0, (size_t)b->opt.flush_mib << 20, 0, NULL,
+                              NULL);
+    if (err != CL_SUCCESS) {
+      clReleaseEvent(gate);
+      return FCL_ERROR_OPENCL;
+    }
+  }
   err = clEnqueueFillBuffer(b->queue, b->gate_buf, &zero, sizeof zero, 0, sizeof zero, 1, &gate, &marker);
   if (err != CL_SUCCESS) {
     clSetUserEventStatus(gate, CL_COMPLETE);
@@ -601,6 +636,7 @@ static void print_header(const bench *b) {
   if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
   if (o->seqlen_q)
     snprintf(window + strlen(window), sizeof window - strlen(window), "  Nq=%lld (N keys)", o->seqlen_q);
+  if (o->bnhd) snprintf(window + strlen(window), sizeof window - strlen(window), "  [B,N,H,d]");
   printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
@@ -622,6 +658,7 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
            o->causal ? "true" : "false", o->iters, o->warmup, r->status);
     if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
     if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
+    if (o->bnhd) printf(",\"layout\":\"bnhd\"");
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
              "\"timer\":\"%s\"",
@@ -649,7 +686,8 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
 }
 
 static void release_tensors(tensors *t) {
-  cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace};
+  cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace,
+                   &t->table};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     if (*all[i]) {
       clReleaseMemObject(*all[i]);
@@ -663,7 +701,8 @@ static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int 
   const options *o = &b->opt;
   const size_t hkv = (size_t)(o->kv_heads ? o->kv_heads : o->heads);
   const size_t qn = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q * (size_t)o->head_dim;
-  const size_t kn = (size_t)o->batch * hkv * (size_t)desc->seqlen_k * (size_t)o->head_dim;
+  const size_t kn = desc->block_table ? (size_t)desc->num_blocks * (size_t)desc->block_size * hkv * (size_t)o->head_dim
+                                      : (size_t)o->batch * hkv * (size_t)desc->seqlen_k * (size_t)o->head_dim;
   const size_t rows = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q;
   cl_int err = CL_SUCCESS;
   if (!(t->q = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->k = make_buffer(b, kn, o->dtype, 1, &err)) ||
@@ -705,8 +744,34 @@ int main(int argc, char **argv) {
     desc.seqlen_q = o->seqlen_q ? o->seqlen_q : n, desc.seqlen_k = n, desc.head_dim = o->head_dim;
     desc.dtype = o->dtype, desc.causal = o->causal;
     desc.window = o->window, desc.window_left = o->window_left, desc.window_right = o->window_right;
+    if (o->bnhd) { /* [batch, seq, heads, d]: element strides (batch, head, row) */
+      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim;
+      const int64_t qs[3] = {desc.seqlen_q * o->heads * d, d, o->heads * d}, ks[3] = {n * hkv * d, d, hkv * d};
+      memcpy(desc.q_stride, qs, sizeof qs), memcpy(desc.o_stride, qs, sizeof qs);
+      memcpy(desc.k_stride, ks, sizeof ks), memcpy(desc.v_stride, ks, sizeof ks);
+    }
+    cl_mem table = NULL;
+    if (o->paged) { /* each sequence's blocks at shuffled places of one pool, vLLM's [block, row, head, d] order */
+      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim, per = (n + o->paged - 1) / o->paged;
+      desc.block_table_stride = per, desc.block_size = o->paged, desc.num_blocks = o->batch * per;
+      int *entries = malloc((size_t)desc.num_blocks * sizeof(int));
+      for (long long i = 0; i < desc.num_blocks; ++i) entries[i] = (int)i;
+      for (long long i = desc.num_blocks - 1; i > 0; --i) {
+        const long long j = rand() % (i + 1);
+        const int x = entries[i];
+        entries[i] = entries[j], entries[j] = x;
+      }
+      cl_int terr;
+      table = clCreateBuffer(b.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)desc.num_blocks * sizeof(int),
+                             entries, &terr);
+      free(entries);
+      desc.block_table = table;
+      const int64_t ps[3] = {o->paged * hkv * d, d, hkv * d};
+      memcpy(desc.k_stride, ps, sizeof ps), memcpy(desc.v_stride, ps, sizeof ps);
+    }
     tensors t;
     cl_int err = alloc_tensors(&b, &desc, alive, &t);
+    t.table = table;
     if (err != CL_SUCCESS) {
       result r;
       memset(&r, 0, sizeof r);
@@ -755,6 +820,7 @@ int main(int argc, char **argv) {
   }
   fcl_context_release(b.fcl);
   clReleaseMemObject(b.gate_buf);
+  if (b.flush_buf) clReleaseMemObject(b.flush_buf);
   clReleaseCommandQueue(b.queue);
   clReleaseContext(b.context);
   return failures ? 1 : 0;
