@@ -201,6 +201,9 @@ typedef struct fcl_seq {
   long q_row;      /* packed row of its first query (VARLEN_Q), else 0 */
   long k_row;      /* packed row of its first key (KV 1), else 0 */
   bool bad;        /* a key index of this sequence did not fit: its rows' O and lse are NaN */
+  bool skip;       /* its cu_q entries did not fit (VARLEN_Q): its query rows are unknown, nq is 0 */
+  int k_rows;      /* KV 0, 1: the key rows of k and v it owns (the backward's dK, dV rows; nk or more with
+                      SEQLENS_K; 0 when its cu_k entries did not fit) */
   __global const int *table; /* KV 2: its row of the block table */
   int block_size, num_blocks; /* KV 2: the pools' geometry */
   int block_shift;            /* KV 2: log2(block_size) when it is a power of two (the common sizes), else -1 */
@@ -216,15 +219,16 @@ inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) 
 #define FCL_SEQ_INIT(s, b, nq_max, nk_max)                                                    \
   do {                                                                                      \
     (s).nq = (nq_max), (s).nk = (nk_max), (s).q_row = 0, (s).k_row = 0, (s).bad = false;   \
+    (s).skip = false, (s).k_rows = (nk_max);                                                \
     (s).table = block_table, (s).block_size = block_size, (s).num_blocks = num_blocks;     \
     (s).block_shift = (block_size & (block_size - 1)) == 0 ? 31 - clz(block_size) : -1;     \
     if (VARLEN_Q) {                                                                         \
       const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max));                       \
-      (s).q_row = max(r_.x, 0), (s).nq = r_.y;                                              \
+      (s).q_row = max(r_.x, 0), (s).nq = r_.y, (s).skip = r_.x < 0;                         \
     }                                                                                       \
     if (KV == 1) {                                                                          \
       const int2 r_ = fcl_packed_range(cu_k, (b), total_k, (nk_max));                       \
-      (s).k_row = max(r_.x, 0), (s).nk = r_.y, (s).bad |= r_.x < 0;                         \
+      (s).k_row = max(r_.x, 0), (s).nk = (s).k_rows = r_.y, (s).bad |= r_.x < 0;            \
     }                                                                                       \
     if (SEQLENS_K) {                                                                        \
       const int n_ = seqlens_k[b];                                                          \

@@ -188,7 +188,10 @@ FCL_API fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue qu
 
 /* Gradients of the forward pass, from the forward's o and lse. d_o has o's strides and offset;
    d_q, d_k, d_v have those of q, k, v. workspace: at least fcl_attention_backward_workspace_size()
-   bytes (may be NULL when that is 0). Deterministic: the same inputs give bitwise the same output. */
+   bytes (may be NULL when that is 0): one float per query row, batch * num_heads * seqlen_q, or
+   num_heads * total_q with cu_seqlens_q. Deterministic: the same inputs give bitwise the same output.
+   Packed sequences (cu_seqlens_q, cu_seqlens_k, seqlens_k) are taken as the forward takes them; paged K/V
+   (block_table) gives FCL_ERROR_UNSUPPORTED. */
 FCL_API size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
 FCL_API fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue,
                                           const fcl_attention_desc *desc,

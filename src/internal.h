@@ -368,6 +368,9 @@ int fcl_problem_windowed(const fcl_problem *p);
 /* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a
    leading space. */
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
+/* The sequence part of those defines alone (VARLEN_Q, KV, SEQLENS_K; "" for dense tensors), for kernels that
+   take FCL_SEQ_ARGS but no modifiers. */
+void fcl_sequence_defines(const fcl_problem *p, char *out, size_t size);
 /* Sets the sequence arguments (FCL_SEQ_ARGS in common.cl) from index a on; *a is advanced past them. */
 fcl_status fcl_set_sequence_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 /* Sets the modifier arguments every attention kernel takes (FCL_MOD_ARGS in common.cl) from index a on;
@@ -508,6 +511,8 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
    block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
    work_groups both launches together. Takes ctx->lock itself. */
 fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out);
+/* backward.c: FCL_SUCCESS when the backward takes p's layout (not paged K/V), else FCL_ERROR_UNSUPPORTED. */
+fcl_status fcl_backward_supported(const fcl_problem *p);
 
 /* ---- loop_bounds.c: loop iterations of one launch against the device's loop budget ---- */
 
@@ -520,8 +525,8 @@ uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 /* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row. */
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
-/* The backward's d_sinks kernel over `rows` (batch * seqlen_q) rows with wg work-items. */
-uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg);
+/* The backward's d_sinks kernel over batch sequences of at most nq query rows each, with wg work-items. */
+uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg);
 /* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
 uint64_t fcl_gather_clean_loop_iterations(int64_t d);
 uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);

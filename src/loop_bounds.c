@@ -97,8 +97,10 @@ static uint64_t halvings(size_t wg) {
   return n;
 }
 
-uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg) {
-  return ceil_div((uint64_t)(rows > 0 ? rows : 0), wg ? wg : 1) + halvings(wg);
+uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
+  /* One pass per sequence, and a work-item's share of its rows (at most nq, whatever cu_q holds). */
+  const uint64_t b = (uint64_t)(batch > 0 ? batch : 0);
+  return nest(b, ceil_div((uint64_t)(nq > 0 ? nq : 0), wg ? wg : 1)) + halvings(wg);
 }
 
 /* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
@@ -189,8 +191,8 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
   if ((uint64_t)p->d > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "head_dim %lld exceeds the loop budget of %s (%llu iterations; %s)",
                     (long long)p->d, caps->device_name, caps->loop_budget, caps->quirk_detail);
-  /* d_sinks: a work-item's share of batch * seqlen_q rows, then the reduction. */
-  const uint64_t ds = dsinks_wg ? fcl_dsinks_loop_iterations(p->batch * p->nq, dsinks_wg) : 0;
+  /* d_sinks: a work-item's share of each sequence's rows, then the reduction. */
+  const uint64_t ds = dsinks_wg ? fcl_dsinks_loop_iterations(p->batch, p->nq, dsinks_wg) : 0;
   if (ds > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED,
                     "the backward's d_sinks kernel runs up to %llu loop iterations per work-item over %lld rows, but "
