@@ -66,7 +66,10 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
     if (lid < span) {
       const float m1 = red_m[lid], m2 = red_m[lid + span];
       const float mx = fmax(m1, m2);
-      red_l[lid] = mx == -INFINITY ? 0.0f : red_l[lid] * exp2(m1 - mx) + red_l[lid + span] * exp2(m2 - mx);
+      /* Both maxima -inf: the sums are 0, or NaN from a NaN score (a NaN key: m stays -inf), which must reach
+         the row's lse and P. */
+      red_l[lid] = mx == -INFINITY ? red_l[lid] + red_l[lid + span]
+                                   : red_l[lid] * exp2(m1 - mx) + red_l[lid + span] * exp2(m2 - mx);
       red_m[lid] = mx;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
