@@ -196,11 +196,16 @@ void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size) {
            : p->mask_dtype == FCL_DTYPE_F16      ? " -DMASK=2"
                                                  : " -DMASK=3",
            p->sinks ? " -DSINKS=1" : "");
-  if (fcl_problem_sequences(p)) {
-    const size_t n = strlen(out);
-    snprintf(out + n, size - n, "%s -DKV=%d%s", p->cu_q ? " -DVARLEN_Q=1" : "", p->block_table ? 2 : p->cu_k ? 1 : 0,
+  const size_t n = strlen(out);
+  fcl_sequence_defines(p, out + n, size - n);
+}
+
+void fcl_sequence_defines(const fcl_problem *p, char *out, size_t size) {
+  if (!size) return;
+  out[0] = '\0';
+  if (fcl_problem_sequences(p))
+    snprintf(out, size, "%s -DKV=%d%s", p->cu_q ? " -DVARLEN_Q=1" : "", p->block_table ? 2 : p->cu_k ? 1 : 0,
              p->seqlens_k ? " -DSEQLENS_K=1" : "");
-  }
 }
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
