@@ -368,8 +368,8 @@ int fcl_problem_windowed(const fcl_problem *p);
 /* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a
    leading space. */
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
-/* The sequence part of those defines alone (VARLEN_Q, KV, SEQLENS_K; "" for dense tensors), for kernels that
-   take FCL_SEQ_ARGS but no modifiers. */
+/* The -D defines of p's sequence layout alone (VARLEN_Q, KV, SEQLENS_K; common.cl), with a leading space; ""
+   for dense tensors. fcl_modifier_defines ends with them. */
 void fcl_sequence_defines(const fcl_problem *p, char *out, size_t size);
 /* Sets the sequence arguments (FCL_SEQ_ARGS in common.cl) from index a on; *a is advanced past them. */
 fcl_status fcl_set_sequence_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);

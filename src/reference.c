@@ -11,6 +11,13 @@
  * softmax flags the query rows that give a marked key P != 0, and only those get the missing terms added
  * from the original V, in launches of at most fcl_nonfinite_within_budget's keys each (cl/softmax.cl).
  *
+ * Packed and paged sequences (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table) run the same steps on the
+ * padded dense layout [batch, heads, seqlen_q or seqlen_k, d], seqlen_q and seqlen_k being the longest
+ * sequence's: the gathers read each sequence through common.cl's sequence layer (fcl_seq), with rows past its
+ * own lengths 0 and a block outside the pool NaN; the softmax takes each sequence's own lengths and its bad
+ * flag; O and lse go back to the sequences' own rows only. A packed or paged tensor is never plain (below), so
+ * the gathered tensors are the float32 copies of the chunk, counted like any other copy.
+ *
  * Device memory this allocates per call (released before returning; see below), for a chunk of C
  * (batch, head) pairs, all float32 unless noted:
  *   S             C * seqlen_q * seqlen_k           always
@@ -19,12 +26,12 @@
  *   pair flags    batch * num_heads * 4 bytes       always: the pairs with a marked key row
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
  *   K copy        C * seqlen_k * head_dim           when K is not "plain"
- *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
- *                                                   buffer as the last step, so a CLBlast failure part-way
- *                                                   leaves it untouched
- * A tensor is plain when it is float32, its rows are at least head_dim apart, all of it lies below element
- * 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the order the GEMM batches walk
- * them (so CLBlast can address it directly with one batch stride); V is never used in place (above). f16 and
+ *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied (packed queries:
+ *                                                   scattered) to the caller's buffer as the last step, so
+ *                                                   a CLBlast failure part-way leaves it untouched
+ * A tensor is plain when it is dense (not packed or paged), float32, its rows are at least head_dim apart,
+ * all of it lies below element 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the
+ * order the GEMM batches walk them (so CLBlast can address it directly with one batch stride); V is never used in place (above). f16 and
  * bf16 tensors, GQA's shared K/V heads and other layouts are converted into contiguous float32 copies by
  * fcl_gather_rows (O back by fcl_scatter_rows), so every dtype is computed in float32. CLBlast's half-precision GEMM is not used: it
  * accumulates in half, which would make the reference less accurate than the kernel it checks.
@@ -81,6 +88,8 @@ static int plain_step(const fcl_problem *p, int t, int64_t *step) {
   const int64_t group = (t == REF_K || t == REF_V) ? p->group : 1;
   const int64_t rows = (t == REF_Q || t == REF_O) ? p->nq : p->nk;
   if (p->dtype != FCL_DTYPE_F32) return 0;
+  /* Packed or paged rows are gathered into the padded dense layout (fcl_gather_rows). */
+  if ((t == REF_Q || t == REF_O) ? p->cu_q != NULL : (p->cu_k || p->block_table)) return 0;
   if (s[2] < p->d && rows > 1) return 0;
   /* CLBlast's kernels index with 32-bit ints: every element used in place must be below 2^31. */
   const int64_t off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : t == REF_V ? p->v_offset : p->o_offset;
@@ -207,7 +216,7 @@ typedef struct ref_run {
   const fcl_problem *p;
   const ref_plan *rp;
   int out_of_order;
-  cl_kernel softmax, gather, gather_clean, fixup, scatter;
+  cl_kernel softmax, gather, gather_clean, fixup, scatter, scatter_lse;
   size_t softmax_wg;
   int64_t fixup_keys; /* keys per fixup launch (the loop budget) */
   cl_mem scratch_s, copy[4];
@@ -239,10 +248,14 @@ typedef struct kernel_arg {
 } kernel_arg;
 #define ARG(x) ((kernel_arg){sizeof(x), &(x)})
 
-/* Sets the arguments of a shared kernel (then the modifiers' when mods) and enqueues it, under the context
-   lock; every call checked. */
+/* What a kernel takes after its own arguments: the modifiers' (FCL_MOD_ARGS), then the sequences'
+   (FCL_SEQ_ARGS); every kernel of cl/softmax.cl takes the latter. */
+enum { REF_MODS = 1, REF_SEQS = 2 };
+
+/* Sets the arguments of a shared kernel (then those `extra` names, from r->p) and enqueues it, under the
+   context lock; every call checked. */
 static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel_arg *args, cl_uint nargs,
-                         const fcl_problem *mods, size_t global, const size_t *local) {
+                         unsigned extra, size_t global, const size_t *local) {
   cl_uint nw;
   const cl_event *w;
   cl_event *ev;
@@ -252,11 +265,12 @@ static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel
   const char *call = "clSetKernelArg";
   pthread_mutex_lock(&r->ctx->lock);
   for (cl_uint a = 0; a < nargs && err == CL_SUCCESS; ++a) err = clSetKernelArg(k, a, args[a].size, args[a].value);
-  if (err == CL_SUCCESS && mods) {
+  if (err == CL_SUCCESS && extra) {
     cl_uint a = nargs;
-    if (fcl_set_modifier_args(k, &a, mods)) {
+    if (((extra & REF_MODS) && fcl_set_modifier_args(k, &a, r->p)) ||
+        ((extra & REF_SEQS) && fcl_set_sequence_args(k, &a, r->p))) {
       pthread_mutex_unlock(&r->ctx->lock);
-      return FCL_ERROR_OPENCL; /* fcl_set_modifier_args named the failing call */
+      return FCL_ERROR_OPENCL; /* the setter named the failing call */
     }
   }
   if (err == CL_SUCCESS) {
@@ -294,30 +308,31 @@ static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, i
   const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : p->v_stride;
   const cl_long off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : p->v_offset;
   const cl_long sb = s[0], sh = s[1], sn = s[2], first_l = first;
-  const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group;
-  const cl_int rows = (cl_int)(t == REF_Q ? p->nq : p->nk), d = (cl_int)p->d;
-  const cl_long total = (cl_long)count * rows * d;
+  const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group, keys = t != REF_Q;
+  const cl_int nq = (cl_int)p->nq, nk = (cl_int)p->nk, d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * (keys ? nk : nq) * d;
   const size_t global = round_up((size_t)total, 64);
   if (t == REF_V) {
-    const kernel_arg args[] = {ARG(src),           ARG(off),   ARG(sb),   ARG(sh), ARG(sn),
-                               ARG(r->copy[t]),    ARG(r->marks), ARG(r->marked_pairs), ARG(first_l),
-                               ARG(heads),         ARG(group), ARG(rows), ARG(d),  ARG(total)};
-    return launch(r, r->gather_clean, "fcl_gather_clean_rows", args, sizeof args / sizeof args[0], NULL, global, NULL);
+    const kernel_arg args[] = {ARG(src),        ARG(off),   ARG(sb),       ARG(sh),  ARG(sn),
+                               ARG(r->copy[t]), ARG(r->marks), ARG(r->marked_pairs), ARG(first_l),
+                               ARG(heads),      ARG(group), ARG(nq),       ARG(nk),  ARG(d), ARG(total)};
+    return launch(r, r->gather_clean, "fcl_gather_clean_rows", args, sizeof args / sizeof args[0], REF_SEQS, global,
+                  NULL);
   }
-  const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh),   ARG(sn), ARG(r->copy[t]),
-                             ARG(first_l), ARG(heads), ARG(group), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], NULL, global, NULL);
+  const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh), ARG(sn), ARG(r->copy[t]), ARG(first_l),
+                             ARG(heads),   ARG(group), ARG(nq),    ARG(nk), ARG(keys), ARG(d),        ARG(total)};
+  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], REF_SEQS, global, NULL);
 }
 
 static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t count) {
   const fcl_problem *p = r->p;
   const cl_long off = p->o_offset, sb = p->o_stride[0], sh = p->o_stride[1], sn = p->o_stride[2], first_l = first;
-  const cl_int heads = (cl_int)p->heads, rows = (cl_int)p->nq, d = (cl_int)p->d;
-  const cl_long total = (cl_long)count * rows * d;
-  const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off),  ARG(sb), ARG(sh),   ARG(sn),
-                             ARG(first_l),        ARG(heads), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], NULL, round_up((size_t)total, 64),
-                NULL);
+  const cl_int heads = (cl_int)p->heads, nq = (cl_int)p->nq, nk = (cl_int)p->nk, d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * nq * d;
+  const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off), ARG(sb), ARG(sh), ARG(sn),
+                             ARG(first_l),        ARG(heads), ARG(nq),  ARG(nk), ARG(d),  ARG(total)};
+  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], REF_SEQS,
+                round_up((size_t)total, 64), NULL);
 }
 
 static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t count) {
@@ -329,7 +344,8 @@ static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t
   const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg), ARG(lse_first), ARG(heads),
                              ARG(nq),           ARG(nk),      ARG(p->scale),  ARG(write_lse),
                              ARG(r->marks),     ARG(r->marked_pairs),         ARG(r->hits)};
-  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], p, global, &local);
+  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], REF_MODS | REF_SEQS, global,
+                &local);
 }
 
 /* After O = P V: the rows the softmax flagged get the terms of V's non-finite elements (cl/softmax.cl), one
@@ -351,7 +367,7 @@ static fcl_status enqueue_fixup(ref_run *r, cl_mem v, cl_mem o, size_t o_off, si
                                ARG(lo),           ARG(hi),       ARG(rows)};
     if (k0 > 0) st = step_barrier(r); /* each launch adds to what the previous wrote */
     if (!st)
-      st = launch(r, r->fixup, "fcl_nonfinite_fixup", args, sizeof args / sizeof args[0], NULL,
+      st = launch(r, r->fixup, "fcl_nonfinite_fixup", args, sizeof args / sizeof args[0], REF_SEQS,
                   round_up((size_t)rows, 64), NULL);
   }
   return st;
@@ -452,10 +468,6 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   fcl_problem p;
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, &p);
   if (st) return st;
-  if (fcl_problem_sequences(&p))
-    return fcl_fail(FCL_ERROR_UNSUPPORTED,
-                    "fcl_attention_reference takes dense tensors only so far (desc->cu_seqlens_q, cu_seqlens_k, "
-                    "seqlens_k or block_table is set)");
 #ifndef FLASHCL_HAVE_CLBLAST
   (void)event;
   return fcl_fail(FCL_ERROR_UNSUPPORTED, "fcl_attention_reference: flashcl was built without CLBlast");
@@ -475,8 +487,9 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
 
   /* Everything that can fail before enqueuing: kernels, scratch. */
   pthread_mutex_lock(&ctx->lock);
-  char defines[32];
+  char defines[96];
   snprintf(defines, sizeof defines, "-DDTYPE=%d", (int)p.dtype);
+  fcl_sequence_defines(&p, defines + strlen(defines), sizeof defines - strlen(defines));
   char mods[160];
   fcl_modifier_defines(&p, mods, sizeof mods);
   st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
@@ -487,6 +500,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   if (!st) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_clean_rows", defines, &r.gather_clean);
   if (!st) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_nonfinite_fixup", defines, &r.fixup);
   if (!st && !rp.plain[REF_O]) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_rows", defines, &r.scatter);
+  if (!st && lse && p.cu_q) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_lse", defines, &r.scatter_lse);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   st = create_scratch(ctx, rp.s_bytes, &r.scratch_s);
@@ -513,8 +527,15 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     const int64_t count = rp.pairs - first < rp.chunk ? rp.pairs - first : rp.chunk;
     st = run_chunk(&r, q, k, v, o, r.lse_tmp, first, count);
   }
-  /* lse reaches the caller's buffer only once every GEMM has been accepted. */
-  if (!st && lse) {
+  /* lse reaches the caller's buffer only once every GEMM has been accepted: a copy, or with packed queries the
+     sequences' own rows into [heads, total_q]. */
+  if (!st && lse && p.cu_q) {
+    const cl_int heads = (cl_int)p.heads, nq = (cl_int)p.nq, nk = (cl_int)p.nk;
+    const cl_long rows = (cl_long)(rp.lse_bytes / sizeof(float));
+    const kernel_arg args[] = {ARG(r.lse_tmp), ARG(lse), ARG(heads), ARG(nq), ARG(nk), ARG(rows)};
+    st = launch(&r, r.scatter_lse, "fcl_scatter_lse", args, sizeof args / sizeof args[0], REF_SEQS,
+                round_up((size_t)rows, 64), NULL);
+  } else if (!st && lse) {
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;

@@ -23,7 +23,7 @@ void seq_case_name(const seq_case *c, char *out, size_t size) {
            bad_names[c->bad]);
 }
 
-static cl_mem int_buffer(test_env *env, const int *values, size_t count) {
+cl_mem seq_int_buffer(test_env *env, const int *values, size_t count) {
   cl_int err;
   cl_mem m = clCreateBuffer(env->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof(int), (void *)values,
                             &err);
@@ -181,19 +181,19 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   free(hq), free(hk), free(hv);
   int setup = !in->q || !in->k || !in->v || mods_create(env, &c->mods, desc, &in->mb);
   if (c->varlen_q) {
-    setup |= !(in->cuq = int_buffer(env, cu_q, (size_t)B + 1));
+    setup |= !(in->cuq = seq_int_buffer(env, cu_q, (size_t)B + 1));
     desc->cu_seqlens_q = in->cuq, desc->total_q = in->total_q;
   }
   if (c->kv == KV_PACKED) {
-    setup |= !(in->cuk = int_buffer(env, cu_k, (size_t)B + 1));
+    setup |= !(in->cuk = seq_int_buffer(env, cu_k, (size_t)B + 1));
     desc->cu_seqlens_k = in->cuk, desc->total_k = in->total_k;
   }
   if (c->kv != KV_PACKED || spare) {
-    setup |= !(in->lens = int_buffer(env, seqlens, (size_t)B));
+    setup |= !(in->lens = seq_int_buffer(env, seqlens, (size_t)B));
     desc->seqlens_k = in->lens;
   }
   if (c->kv == KV_PAGED) {
-    setup |= !(in->tab = int_buffer(env, in->table, (size_t)B * in->table_stride));
+    setup |= !(in->tab = seq_int_buffer(env, in->table, (size_t)B * in->table_stride));
     desc->block_table = in->tab, desc->block_table_stride = in->table_stride, desc->block_size = bs;
     desc->num_blocks = in->num_blocks;
     const int64_t pool_stride[3] = {(int64_t)bs * Hkv * D, D, (int64_t)Hkv * D};

@@ -60,6 +60,8 @@ size_t seq_kv_at(const seq_inputs *in, int b, int g, int j);
    NaN elsewhere (malloc'd, q_elems or kv_elems floats). */
 float *seq_layout(const seq_inputs *in, float *const *per_seq, int kv_side);
 
+/* A read-only int32 device buffer holding values (NULL when it cannot be created). */
+cl_mem seq_int_buffer(test_env *env, const int *values, size_t count);
 /* A device buffer of n elements of dtype t holding host (already rounded), or `fill` everywhere when host is
    NULL; reading one back as floats. */
 cl_mem seq_dtype_buffer(test_env *env, const float *host, size_t n, fcl_dtype t, float fill);

@@ -7,11 +7,14 @@
  * element by element: NaN in exactly the rows that see a bad block, NaN in every row of a sequence with a
  * bad key count, and nothing written for a sequence whose query offsets do not fit. The inputs come from
  * sequence_inputs.c, shared with test_sequences_backward.c.
- * Usage: test_sequences [--small] [--list | --case NAME]
+ * Usage: test_sequences [--small] [--reference] [--list | --case NAME]
+ *   --reference          the same cases, planted bad indices included, through fcl_attention_reference
+ *                        (CLBlast), which must give the forward's documented outcome
  *   --small              a few small cases, for Oclgrind (which proves no access leaves a buffer)
  *   --list, --case NAME  list the cases, or run one (test_cases.h) */
 #include "forward_check.h"
 #include "host_reference.h"
+#include "internal.h" /* fcl_reference_scratch_bytes */
 #include "sequence_inputs.h"
 #include "test_cases.h"
 
@@ -19,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void run_case(test_env *env, const void *arg) {
-  const seq_case *c = arg;
+/* Runs case c through fn (fcl_attention_forward or fcl_attention_reference); label names fn in messages. */
+static void run_sequence_case(test_env *env, const seq_case *c, fwd_fn fn, const char *label) {
   char name[TEST_CASE_NAME_MAX];
   seq_case_name(c, name, sizeof name);
   const int B = c->b, H = c->h, D = c->d;
@@ -34,7 +37,7 @@ static void run_case(test_env *env, const void *arg) {
   fcl_status st = FCL_ERROR_OPENCL;
   if (!setup) {
     cl_event ev = NULL;
-    st = fcl_attention_forward(env->fcl, env->queue, &in.desc, in.q, in.k, in.v, o, lse, 0, NULL, &ev);
+    st = fn(env->fcl, env->queue, &in.desc, in.q, in.k, in.v, o, lse, 0, NULL, &ev);
     if (st == FCL_SUCCESS) {
       clWaitForEvents(1, &ev);
       clReleaseEvent(ev);
@@ -83,17 +86,56 @@ static void run_case(test_env *env, const void *arg) {
     }
   }
   const double rel = sqrt(err2) / fmax(sqrt(ref2), 1e-30), tol = forward_tolerance(c->dtype);
-  if (st != FCL_SUCCESS) check(0, "%s: %s: %s", name, fcl_status_string(st), fcl_last_error());
+  /* The reference may refuse only as a build or device limit, never the sequences themselves. */
+  if (st == FCL_ERROR_UNSUPPORTED && fn == fcl_attention_reference &&
+      (strstr(fcl_last_error(), "without CLBlast") || strstr(fcl_last_error(), "loop budget")))
+    skip("%s %s: %s", label, name, fcl_last_error());
+  else if (st != FCL_SUCCESS) check(0, "%s %s: %s: %s", label, name, fcl_status_string(st), fcl_last_error());
   else
     check(rel <= tol && lse_max <= FWD_TOL_LSE && nan_wrong == 0,
-          "%s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e), %ld rows, %ld elements "
+          "%s %s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e), %ld rows, %ld elements "
           "where the expected NaN, -inf or poison differs",
-          name, rel, tol, max_abs, lse_max, FWD_TOL_LSE, checked_rows, nan_wrong);
+          label, name, rel, tol, max_abs, lse_max, FWD_TOL_LSE, checked_rows, nan_wrong);
 
   free(got), free(got_lse);
   if (o) clReleaseMemObject(o);
   if (lse) clReleaseMemObject(lse);
   seq_inputs_release(&in);
+}
+
+static void run_forward(test_env *env, const void *c) { run_sequence_case(env, c, fcl_attention_forward, "forward"); }
+static void run_reference(test_env *env, const void *c) {
+  run_sequence_case(env, c, fcl_attention_reference, "reference");
+}
+
+/* The reference's scratch counts the gathered tensors: packed queries and paged keys add float32 copies of Q, K
+   and O (padded to the longest sequence) to what the same shape on dense contiguous float32 tensors needs (which
+   CLBlast reads in place), and nothing else. */
+static void run_reference_scratch(test_env *env, const void *unused) {
+  (void)unused;
+  if (getenv("FLASHCL_REFERENCE_CHUNK")) {
+    skip("reference scratch: FLASHCL_REFERENCE_CHUNK changes the chunk this check assumes");
+    return;
+  }
+  enum { B = 2, H = 2, NQ = 5, NK = 7, D = 8 };
+  fcl_attention_desc dense;
+  memset(&dense, 0, sizeof dense);
+  dense.batch = B, dense.num_heads = H, dense.seqlen_q = NQ, dense.seqlen_k = NK, dense.head_dim = D;
+  dense.dtype = FCL_DTYPE_F32;
+  const int cu[B + 1] = {0, 3, 8}, table[B * 2] = {0, 1, 2, 3};
+  cl_mem cuq = seq_int_buffer(env, cu, B + 1), tab = seq_int_buffer(env, table, B * 2);
+  fcl_attention_desc seq = dense;
+  seq.cu_seqlens_q = cuq, seq.total_q = 8;
+  seq.block_table = tab, seq.block_table_stride = 2, seq.block_size = 4, seq.num_blocks = 4;
+  const size_t base = fcl_reference_scratch_bytes(env->fcl, &dense), with = fcl_reference_scratch_bytes(env->fcl, &seq);
+  const size_t copies = (size_t)B * H * (2 * NQ + NK) * D * sizeof(float);
+  if (base == 0 && with == 0) skip("reference scratch: 0 bytes (built without CLBlast)");
+  else
+    check(cuq && tab && base > 0 && with == base + copies,
+          "reference scratch: %zu bytes dense, %zu packed and paged (expected %zu more: the Q, K and O copies)", base,
+          with, copies);
+  if (cuq) clReleaseMemObject(cuq);
+  if (tab) clReleaseMemObject(tab);
 }
 
 /* ---- the case lists ---- */
@@ -155,12 +197,13 @@ static int full_cases(seq_case *list) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0;
+  int small = 0, reference = 0;
   test_cli cli = {0, NULL};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--reference")) reference = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
   }
@@ -172,7 +215,8 @@ int main(int argc, char **argv) {
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     seq_case_name(&cases[i], name, sizeof name);
-    n = test_case_add(list, n, MAX, "", name, run_case, &cases[i]);
+    n = test_case_add(list, n, MAX, "", name, reference ? run_reference : run_forward, &cases[i]);
   }
+  if (reference && !small) n = test_case_add(list, n, MAX, "", "scratch_counts_gathered_tensors", run_reference_scratch, NULL);
   return test_cases_main("test_sequences", &cli, list, n);
 }
