@@ -192,19 +192,23 @@ def test_varlen_views_and_seqused_k(queue, rng):
 @pytest.mark.parametrize("block_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_varlen_paged(queue, rng, block_size, dtype):
-    """vLLM's call: packed queries (decode rows and prompt chunks), paged caches, seqused_k, causal, GQA."""
+    """vLLM's call: packed queries (decode rows and prompt chunks), paged caches, causal, GQA; key counts as
+    vLLM gives them (seqused_k, on the device) in float16, as FA2 does (cu_seqlens_k, host values) in float32."""
     hkv = 2
     lens_k = LENS
     lens_q = [1, 15, 1, 17, 1]
     kp, vp, table, ks, vs = _paged(rng, lens_k, block_size, hkv, dtype)
     q = rng.standard_normal((sum(lens_q), H, D)).astype(dtype)
     cu_q = _cu(lens_q)
+    if dtype == np.float16:
+        counts = dict(cu_seqlens_k=None, seqused_k=cla.to_device(queue, np.array(lens_k, np.int32)))
+    else:
+        counts = dict(cu_seqlens_k=_cu(lens_k).tolist())
     out = _poison(queue, q.shape, dtype)
     o, lse = flashcl.flash_attn_varlen_func(
         cla.to_device(queue, q), cla.to_device(queue, kp), cla.to_device(queue, vp),
-        cu_seqlens_q=cla.to_device(queue, cu_q), cu_seqlens_k=None, max_seqlen_q=max(lens_q),
-        max_seqlen_k=max(lens_k), causal=True, block_table=cla.to_device(queue, table),
-        seqused_k=cla.to_device(queue, np.array(lens_k, np.int32)), out=out, return_softmax_lse=True)
+        cu_seqlens_q=cla.to_device(queue, cu_q), max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), causal=True,
+        block_table=cla.to_device(queue, table), out=out, return_softmax_lse=True, **counts)
     got_o, got_lse = o.get(), lse.get()
     for b in range(len(lens_k)):
         qs = slice(cu_q[b], cu_q[b + 1])
@@ -312,9 +316,10 @@ def test_kvcache_append_then_attend(queue, rng):
 # ---- events ----
 
 
-def test_waits_for_index_uploads(cl_context, device, rng):
-    """Every index array is uploaded behind a gate on an out-of-order queue: the call must wait for each
-    (through their events), including the device-side differencing of cu_seqlens_k."""
+@pytest.mark.parametrize("gated", ["cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table"])
+def test_waits_for_each_index_array(cl_context, device, rng, gated):
+    """One index array is uploaded behind a gate on an out-of-order queue: the call must wait for it through
+    its events (cu_seqlens_k through the device-side differencing that turns it into key counts)."""
     props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     if not device.get_info(cl.device_info.QUEUE_PROPERTIES) & props:
         pytest.skip("the device has no out-of-order queues")
@@ -323,25 +328,25 @@ def test_waits_for_index_uploads(cl_context, device, rng):
     lens_k, lens_q = [3, 40], [1, 2]
     kp, vp, table, ks, vs = _paged(rng, lens_k, block_size, hkv, np.float32)
     q = rng.standard_normal((sum(lens_q), H, D)).astype(np.float32)
+    host = {"cu_seqlens_q": _cu(lens_q), "block_table": table}
+    host["cu_seqlens_k" if gated == "cu_seqlens_k" else "seqused_k"] = (
+        _cu(lens_k) if gated == "cu_seqlens_k" else np.array(lens_k, np.int32))
     # Blocking uploads before the gate: PoCL runs a blocking write behind the gated commands.
+    dev = {name: cla.to_device(queue, x) for name, x in host.items() if name != gated}
     d_q, d_kp, d_vp = (cla.to_device(queue, x) for x in (q, kp, vp))
     gate = cl.UserEvent(queue.context)
-    host = {"cu_q": _cu(lens_q), "cu_k": _cu(lens_k), "table": table}
-    dev = {}
-    for name, x in host.items():
-        dev[name] = cla.empty(queue, x.shape, x.dtype)
-        dev[name].add_event(cl.enqueue_copy(queue, dev[name].base_data, x, wait_for=[gate], is_blocking=False))
+    dev[gated] = cla.empty(queue, host[gated].shape, np.int32)
+    dev[gated].add_event(cl.enqueue_copy(queue, dev[gated].base_data, host[gated], wait_for=[gate], is_blocking=False))
     try:
-        o = flashcl.flash_attn_varlen_func(
-            d_q, d_kp, d_vp, dev["cu_q"], dev["cu_k"],
-            max(lens_q), max(lens_k), block_table=dev["table"], causal=True)
+        o = flashcl.flash_attn_varlen_func(d_q, d_kp, d_vp, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k),
+                                           causal=True, **{"cu_seqlens_k": None, **dev})
         time.sleep(0.2)
         status = o.events[-1].get_info(cl.event_info.COMMAND_EXECUTION_STATUS)
-        assert status != cl.command_execution_status.COMPLETE, "the call did not wait for its index arrays"
+        assert status != cl.command_execution_status.COMPLETE, f"the call did not wait for {gated}"
     finally:
         gate.set_status(cl.command_execution_status.COMPLETE)
     got = o.get()
-    cu_q = host["cu_q"]
+    cu_q = host["cu_seqlens_q"]
     for b in range(len(lens_k)):
         qs = slice(cu_q[b], cu_q[b + 1])
         wo, _ = _ref_seq(q[qs], ks[b], vs[b], b, causal=True)
