@@ -219,7 +219,8 @@ def flash_attn_varlen_func(
         return_attn_probs: return (out, lse, None), as FlashAttention without dropout.
         block_table: int32 [batch, max_blocks_per_seq]: key j of sequence b is row j % block_size of block
             block_table[b, j // block_size]. A row-strided view (``table[:, :n]``) is read in place.
-        seqused_k: int32 [batch]: sequence b uses its first seqused_k[b] keys (vLLM's seq_lens).
+        seqused_k: int32 [batch]: sequence b uses its first seqused_k[b] keys (vLLM's seq_lens); with a block
+            table it takes precedence over cu_seqlens_k.
         sinks: float32 [heads], one logit per head added to each softmax denominator.
         mask: additive float mask [batch, heads, max_seqlen_q, max_seqlen_k] (or broadcastable), read at each
             sequence's own (i, j).
