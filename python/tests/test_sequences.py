@@ -290,6 +290,34 @@ def test_kvcache_paged_decode(queue, rng, block_size):
         _compare(got_o[b], got_lse[b], wo, wl, np.float16, f"sequence {b}")
 
 
+def test_bfloat16_paged_and_packed(queue, rng):
+    """bfloat16 (ml_dtypes) through both entry points: paged decode and packed prompts."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    lens_k = [1, 17, 40]
+    kp, vp, table, ks, vs = _paged(rng, lens_k, 16, 2, np.float32)
+    kp, vp = kp.astype(bf16), vp.astype(bf16)
+    ks, vs = [x.astype(bf16) for x in ks], [x.astype(bf16) for x in vs]
+    q = rng.standard_normal((len(lens_k), 1, H, D)).astype(bf16)
+    o = flashcl.flash_attn_with_kvcache(cla.to_device(queue, q), cla.to_device(queue, kp), cla.to_device(queue, vp),
+                                        cache_seqlens=lens_k, block_table=table, causal=True)
+    assert o.dtype == np.dtype(bf16)
+    got = o.get().astype(np.float64)
+    for b in range(len(lens_k)):
+        wo, _ = _ref_seq(q[b].astype(np.float64), ks[b].astype(np.float64), vs[b].astype(np.float64), b, causal=True)
+        assert np.abs(got[b] - wo).max() <= 1.6e-2, f"paged sequence {b}"
+    pq = rng.standard_normal((sum(lens_k), H, D)).astype(bf16)
+    pk = rng.standard_normal((sum(lens_k), 2, D)).astype(bf16)
+    cu = _cu(lens_k)
+    o = flashcl.flash_attn_varlen_func(*(cla.to_device(queue, x) for x in (pq, pk, pk)), cu, cu, max(lens_k),
+                                       max(lens_k), causal=True)
+    got = o.get().astype(np.float64)
+    for b in range(len(lens_k)):
+        rows = slice(cu[b], cu[b + 1])
+        wo, _ = _ref_seq(*(x[rows].astype(np.float64) for x in (pq, pk, pk)), b, causal=True)
+        assert np.abs(got[rows] - wo).max() <= 1.6e-2, f"packed sequence {b}"
+
+
 def test_kvcache_append_then_attend(queue, rng):
     """reshape_and_cache writes the new tokens, then the attention counts them: a decode step as an engine
     runs it, chained by events only."""
