@@ -13,11 +13,19 @@
  * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
  * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
  * seqlen_k and D are zero-filled in local memory and never written back.
+ * DIRECT_K, DIRECT_V (a CPU's blocks of few rows, where a tile element is reused too little to pay for its
+ * trip through local memory): S reads K rows and P V reads V rows from global memory directly.
  * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
  * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
  * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
  */
 #define WG (TR * TC)
+#ifndef DIRECT_V
+#define DIRECT_V 0
+#endif
+#ifndef DIRECT_K
+#define DIRECT_K 0
+#endif
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
 #define KS (BC + 1) /* row stride of the transposed K tile */
 #if KT && DP * KS > BC * DS
@@ -107,7 +115,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     FCL_PAGE_ROWS(page, seq, k0, BC);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-#if KT
+#if DIRECT_K
+    /* S reads K from global memory below. */
+#elif KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
       float x = 0.0f;
@@ -125,7 +135,23 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     float s[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
-#if KT
+#if DIRECT_K
+    {
+      long koff[RN]; /* each key's row, -1 for a block outside the pool, -2 past the sequence's keys */
+      for (int j = 0; j < RN; ++j) {
+        const int r = tc + j * TC;
+        koff[j] = k0 + r < nk ? FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn) : -2;
+      }
+      for (int d = 0; d < D; ++d) {
+        float kd[RN];
+        for (int j = 0; j < RN; ++j) kd[j] = koff[j] >= 0 ? LOAD(k, koff[j] + d) : koff[j] == -1 ? NAN : 0.0f;
+        for (int i = 0; i < RM; ++i) {
+          const float qd = Qs[(tr * RM + i) * DS + d];
+          for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
+        }
+      }
+    }
+#elif KT
     for (int d = 0; d < DP; ++d) {
       float kd[RN];
       for (int j = 0; j < RN; ++j) kd[j] = KVs[d * KS + tc + j * TC];
@@ -185,7 +211,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
+#if !DIRECT_V
     LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
@@ -201,7 +229,17 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       for (int cc = 0; cc < 4; ++cc) {
         const int c = c4 * 4 + cc;
         float vc[DN];
+#if DIRECT_V
+        {
+          const long off = k0 + c < nk ? FCL_KEY_OFFSET(page, c, k0 + c, v_sb, v_sn) : -2;
+          for (int n = 0; n < DN; ++n) {
+            const int col = tc + n * TC;
+            vc[n] = off >= 0 && col < D ? LOAD(v, off + col) : off == -1 ? NAN : 0.0f;
+          }
+        }
+#else
         for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
+#endif
         for (int i = 0; i < RM; ++i) {
           const float p = cc == 0 ? p4[i].x : cc == 1 ? p4[i].y : cc == 2 ? p4[i].z : p4[i].w;
           if (!guard || p != 0.0f)

@@ -9,8 +9,9 @@ static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
 
 static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
   snprintf(out, size,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s",
-           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt, mods);
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s%s",
+           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt,
+           t->direct ? " -DDIRECT_K=1 -DDIRECT_V=1" : "", mods);
 }
 
 fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,

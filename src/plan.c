@@ -169,8 +169,11 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
         if (tr * rm < rows || (whole && (size_t)(tr * rule.tc) % multiple) ||
             fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, rule.tc, rm, rule.rn, 1, rule.kt, &p) != 0)
           continue;
-        snprintf(p.reason, sizeof p.reason, "%lld query rows: %dx%d work-items, each %d rows x %d keys, %d output columns",
-                 (long long)rows, tr, rule.tc, rm, rule.rn, p.dn);
+        /* On a CPU a block of so few rows reuses a K or V element too little to pay for staging it in local
+           memory: the kernel reads both from global memory (docs/benchmarks.md: 2.1x on PoCL at one row). */
+        p.direct = caps->is_cpu;
+        snprintf(p.reason, sizeof p.reason, "%lld query rows: %dx%d work-items, each %d rows x %d keys, %d output columns%s",
+                 (long long)rows, tr, rule.tc, rm, rule.rn, p.dn, p.direct ? ", K and V read from global memory" : "");
         *out = p;
         return 0;
       }
