@@ -428,6 +428,13 @@ typedef struct fcl_buffer_use {
   const char *name;
 } fcl_buffer_use;
 
+/* The inputs every attention call reads, for fcl_check_aliasing: q, k, v (byte ranges r from
+   fcl_attention_bytes), the modifiers' buffers and the sequence index buffers (NULL ones are skipped there).
+   Fills out and returns how many (FCL_INPUT_USES). */
+#define FCL_INPUT_USES 10
+int fcl_input_uses(const fcl_problem *p, cl_mem q, cl_mem k, cl_mem v, const uint64_t r[4][2],
+                   fcl_buffer_use out[FCL_INPUT_USES]);
+
 /* Refuses (FCL_ERROR_INVALID_ARGUMENT, "<output> overlaps <other>: ...") any output whose bytes overlap
    another use's: the same buffer, sub-buffers of one parent (or a sub-buffer and its parent), or
    CL_MEM_USE_HOST_PTR buffers over one host array. Inputs may overlap each other. Also refuses an output
