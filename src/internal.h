@@ -96,7 +96,7 @@ typedef struct fcl_tile_plan {
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
   int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles
-                       (DIRECT_K, DIRECT_V in flash_fwd.cl: few rows on a CPU) */
+                       (DIRECT in flash_fwd.cl: few rows on a CPU) */
   int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
                        group (PACK in common.cl) */
   size_t local_bytes;
