@@ -75,7 +75,7 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   rdo = to_double(d_o.host, nq_elems);
   ro = malloc(nq_elems * sizeof(double)), rlse = malloc(nrows * sizeof(double));
   gq = malloc(nq_elems * sizeof(double)), gk = malloc(nk_elems * sizeof(double)), gv = malloc(nk_elems * sizeof(double));
-  reference_backward(&desc, &mb.host, rq, rk, rv, rdo, ro, rlse, gq, gk, gv, d_sinks ? ref_dsinks : NULL);
+  reference_backward(&desc, &mb.host, rq, rk, rv, rdo, ro, rlse, 1, gq, gk, gv, d_sinks ? ref_dsinks : NULL);
 
   fcl_status st;
   if (c->from_forward) {

@@ -89,8 +89,8 @@ void reference_forward(const fcl_attention_desc *desc, const host_mods *m, const
 }
 
 void reference_backward(const fcl_attention_desc *desc, const host_mods *m, const double *q, const double *k,
-                        const double *v, const double *d_o, double *o_out, double *lse_out, double *dq, double *dk,
-                        double *dv, double *d_sinks) {
+                        const double *v, const double *d_o, double *o_out, double *lse_out, int stored_o,
+                        double *dq, double *dk, double *dv, double *d_sinks) {
   const dims s = get_dims(desc);
   const size_t nq_elems = (size_t)(s.B * s.H * s.Nq * s.D), nk_elems = (size_t)(s.B * s.Hkv * s.Nk * s.D);
   double *o = o_out ? o_out : malloc(nq_elems * sizeof(double));
@@ -109,7 +109,10 @@ void reference_backward(const fcl_attention_desc *desc, const host_mods *m, cons
         if (l == -INFINITY) continue; /* the row saw nothing: no gradient */
         const double *qi = q + qo + (size_t)(i * s.D), *doi = d_o + qo + (size_t)(i * s.D);
         double *dqi = dq + qo + (size_t)(i * s.D);
-        const double Di = dot(doi, o + qo + (size_t)(i * s.D), s.D);
+        const double *oi = o + qo + (size_t)(i * s.D);
+        double Di = 0;
+        for (long long d = 0; d < s.D; ++d)
+          Di += doi[d] * (stored_o ? (double)round_to_dtype((float)oi[d], desc->dtype) : oi[d]);
         /* L depends on the sink through the denominator only: dL/dsink = -D_i exp(sink - lse_i). */
         if (d_sinks && m && m->sinks) d_sinks[h] -= Di * exp(m->sinks[h] - l);
         for (long long j = 0; j < s.Nk; ++j) {
@@ -154,7 +157,7 @@ double finite_difference_error(const fcl_attention_desc *desc, const host_mods *
   for (long long h = 0; h < s.H; ++h) sinks[h] = test_uniform();
   host_mods m = mods ? *mods : (host_mods){NULL, NULL, NULL};
   if (with_sinks) m.sinks = sinks;
-  reference_backward(desc, &m, q, k, v, d_o, NULL, NULL, dq, dk, dv, with_sinks ? dsinks : NULL);
+  reference_backward(desc, &m, q, k, v, d_o, NULL, NULL, 0, dq, dk, dv, with_sinks ? dsinks : NULL);
   double *inputs[4] = {q, k, v, sinks};
   const double *grads[4] = {dq, dk, dv, dsinks};
   const size_t counts[4] = {nq_elems, nk_elems, nk_elems, with_sinks ? (size_t)s.H : 0};
