@@ -28,7 +28,8 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
   out->work_group_size = plan.wg;
   out->local_mem_bytes = plan.local_bytes;
   out->splits = plan.splits > 1 ? plan.splits : 1;
-  out->work_groups = (size_t)((p.nq + plan.br - 1) / plan.br) * (size_t)out->splits * (size_t)p.heads * (size_t)p.batch;
+  out->work_groups = (size_t)fcl_forward_row_blocks(&p, &plan) * (size_t)out->splits *
+                     (size_t)fcl_forward_grid_heads(&p, &plan) * (size_t)p.batch;
   if (out->splits > 1) {
     const size_t n = strlen(out->reason);
     snprintf(out->reason + n, sizeof out->reason - n, "; keys split into %d chunks, merged by a combine kernel",

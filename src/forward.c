@@ -54,8 +54,10 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
   }
   char defines[320], mods[96];
   fcl_modifier_defines(p, mods, sizeof mods);
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d%s",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, mods);
+  snprintf(defines, sizeof defines,
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d -DPACK=%d -DSPLIT=%d%s",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, t->pack, t->splits > 1,
+           mods);
   const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel);
   if (st != FCL_SUCCESS) {
     if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
@@ -91,9 +93,9 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   fcl_tile_plan nv;
   char why[192];
   if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
+    nv.splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, &nv);
     if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
       *plan = nv;
-      plan->splits = 1;
       return FCL_SUCCESS;
     }
   } else {
@@ -122,8 +124,8 @@ static size_t split_bytes(const fcl_problem *p, int splits) {
 }
 
 
-/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows, times
-   t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
+/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br rows (query rows, or
+   packed (query row, head) pairs per kv head), times t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
 static fcl_status enqueue_launch(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem part, cl_long part_lse_off,
                                  cl_uint num_wait, const cl_event *wait, cl_event *event) {
@@ -136,8 +138,8 @@ static fcl_status enqueue_launch(cl_command_queue queue, const fcl_problem *p, c
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &splits));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), part ? &part : NULL));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_long), &part_lse_off));
-  const size_t blocks = (size_t)((p->nq + t->br - 1) / t->br) * (size_t)splits;
-  const size_t global[3] = {blocks * (size_t)t->wg, (size_t)p->heads, (size_t)p->batch};
+  const size_t blocks = (size_t)fcl_forward_row_blocks(p, t) * (size_t)splits;
+  const size_t global[3] = {blocks * (size_t)t->wg, (size_t)fcl_forward_grid_heads(p, t), (size_t)p->batch};
   const size_t local[3] = {(size_t)t->wg, 1, 1};
   FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait, wait, event));
   return FCL_SUCCESS;

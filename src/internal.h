@@ -95,6 +95,8 @@ typedef struct fcl_tile_plan {
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
+  int pack;         /* nvidia_mma forward: GQA packing, a work-group's rows are (query row, head) pairs of one
+                       kv head's group (PACK in flash_fwd_mma.cl) */
   size_t local_bytes;
   char reason[192];
 } fcl_tile_plan;
@@ -116,10 +118,14 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
 #define FCL_MAX_SPLITS 128
 /* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
    fill the device: the smallest count whose wave efficiency is within 85% of the best (FlashAttention-2's
-   rule), counting two work-groups per compute unit on a GPU and one on a CPU, at most FCL_MAX_SPLITS and
-   the block's key tiles. 1 for kernels that do not split. */
+   rule), counting two work-groups per compute unit on a GPU (two per four warps for the tensor-core kernel's
+   smaller work-groups) and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. */
 struct fcl_problem;
 int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
+/* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's
+   heads (the kv heads when t packs a GQA group into each work-group, else the query heads). */
+int64_t fcl_forward_row_blocks(const struct fcl_problem *p, const fcl_tile_plan *t);
+int64_t fcl_forward_grid_heads(const struct fcl_problem *p, const fcl_tile_plan *t);
 
 /* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
 
