@@ -14,9 +14,20 @@ shows "n/a"; one that runs out of memory shows "oom".
 --backward times the backward pass instead: flashcl-bench --impl backward against
 out.backward(dO) of each PyTorch variant (forward done once outside the timed region).
 
+--decode times decode-shaped forwards instead (few query rows against a long KV cache; issue 12): by
+default the six rows (batch, heads, kv heads, seqlen_q, seqlen_k) = (1,32,8,1,4096), (1,32,8,1,32768),
+(8,32,8,1,8192), (32,32,8,1,4096), (1,32,32,1,131072), (4,32,8,4,16384), f16, d=128, not causal, every
+tensor laid out [batch, seq, heads, d] (--decode-rows "B,H,HKV,Q,N;..." for others). flashcl runs through
+flashcl-bench --layout bnhd --flush 256 (a 256 MiB fill before each run, outside its time, so K and V are
+not read from the L2 cache a previous run left them in, as do_bench does for PyTorch); PyTorch runs SDPA
+with each of the flash, efficient and cuDNN backends (enable_gqa=True; a backend that refuses GQA gets K
+and V expanded to every query head before timing, marked "*"). The table gives flashcl's µs, PyTorch's
+best µs and backend, their ratio, and flashcl's K+V read bandwidth (the K and V bytes over its time).
+
 Usage (on the GPU machine, from the repository root after building into build/):
   python3 bench/compare_torch.py --flashcl-bench build/tools/flashcl-bench \\
       --seqlen 1024,2048,4096,8192,16384 --head-dim 64,128 --causal both --dtype f16,bf16
+  python3 bench/compare_torch.py --flashcl-bench build/tools/flashcl-bench --decode
   python3 bench/compare_torch.py --self-test     # argument parsing and table code; needs no torch
   python3 bench/compare_torch.py --dry-run ...   # prints what would run; needs no torch
 """
@@ -27,6 +38,9 @@ import subprocess
 import sys
 
 TORCH_VARIANTS = ["flash", "efficient", "cudnn", "math", "naive"]
+DECODE_VARIANTS = ["flash", "efficient", "cudnn"]
+DECODE_ROWS = [(1, 32, 8, 1, 4096), (1, 32, 8, 1, 32768), (8, 32, 8, 1, 8192), (32, 32, 8, 1, 4096),
+               (1, 32, 32, 1, 131072), (4, 32, 8, 4, 16384)]
 DTYPES = ["f32", "f16", "bf16"]
 
 
@@ -66,6 +80,21 @@ def causal_list(text):
     return table[text]
 
 
+def decode_rows(text):
+    rows = []
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        vals = [int(x) for x in part.split(",")]
+        if len(vals) != 5 or min(vals) < 1 or vals[1] % vals[2]:
+            raise argparse.ArgumentTypeError("%r: expected B,H,HKV,Q,N with HKV dividing H" % part)
+        rows.append(tuple(vals))
+    if not rows:
+        raise argparse.ArgumentTypeError("no decode rows")
+    return rows
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--flashcl-bench", default="build/tools/flashcl-bench", help="path of the flashcl-bench binary")
@@ -74,12 +103,15 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--kv-heads", type=int, default=0, help="0: = heads")
     p.add_argument("--seqlen", type=int_list, default=[1024, 2048, 4096, 8192, 16384])
-    p.add_argument("--head-dim", type=int_list, default=[64, 128])
+    p.add_argument("--head-dim", type=int_list, default=None, help="default 64,128 (--decode: 128)")
     p.add_argument("--causal", type=causal_list, default=[False, True], metavar="both|yes|no")
-    p.add_argument("--dtype", type=dtype_list, default=["f16", "bf16"])
+    p.add_argument("--dtype", type=dtype_list, default=None, help="default f16,bf16 (--decode: f16)")
     p.add_argument("--iters", type=int, default=20, help="flashcl-bench timed runs (at least 10)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backward", action="store_true", help="time the backward pass")
+    p.add_argument("--decode", action="store_true", help="time the decode rows (see above)")
+    p.add_argument("--decode-rows", type=decode_rows, default=DECODE_ROWS, metavar="B,H,HKV,Q,N;...")
+    p.add_argument("--flush", type=int, default=256, help="--decode: flashcl-bench --flush MiB")
     p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
     p.add_argument("--skip", type=lambda t: [x for x in t.split(",") if x], default=[],
                    help="PyTorch variants not to time (comma separated, from %s); shown as 'skipped'"
@@ -88,6 +120,12 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true", help="print the flashcl-bench commands and shapes; no torch")
     p.add_argument("--self-test", action="store_true", help="test argument parsing and the table; no torch")
     a = p.parse_args(argv)
+    if a.head_dim is None:
+        a.head_dim = [128] if a.decode else [64, 128]
+    if a.dtype is None:
+        a.dtype = ["f16"] if a.decode else ["f16", "bf16"]
+    if a.decode and a.backward:
+        p.error("--decode times the forward; leave out --backward")
     if a.iters < 10:
         p.error("--iters must be at least 10")
     if a.kv_heads and a.heads % a.kv_heads:
@@ -112,6 +150,50 @@ def flashcl_command(a, dtype, head_dim, causal):
     if a.device is not None:
         cmd += ["--device", str(a.device)]
     return cmd
+
+
+def decode_command(a, dtype, head_dim, row):
+    b, h, hkv, nq, n = row
+    cmd = [a.flashcl_bench, "--json", "--dtype", dtype, "--batch", str(b), "--heads", str(h), "--kv-heads", str(hkv),
+           "--head-dim", str(head_dim), "--seqlen-q", str(nq), "--seqlen", str(n), "--impl", "flash", "--layout",
+           "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup)]
+    if a.flush:
+        cmd += ["--flush", str(a.flush)]
+    if a.device is not None:
+        cmd += ["--device", str(a.device)]
+    return cmd
+
+
+def render_decode_table(rows):
+    """rows: dicts with dtype, d, row (B, H, HKV, Q, N), flashcl_us (float | str), kv_gbps, and per
+    DECODE_VARIANTS entry µs (float | str; a string ending in '*' marks K and V expanded for that backend)."""
+    head = ["dtype", "d", "B,H,HKV,Q,N", "flashcl_us"] + [v + "_us" for v in DECODE_VARIANTS] + \
+        ["torch_best_us", "best", "flashcl/best", "flashcl_KV_GB/s"]
+    lines = []
+    for r in rows:
+        def num(x):
+            return x if isinstance(x, (int, float)) else None
+        timed = [(num(r.get(v)), v) for v in DECODE_VARIANTS if num(r.get(v)) is not None]
+        best = min(timed) if timed else (None, "-")
+        cells = [r["dtype"], str(r["d"]), ",".join(str(x) for x in r["row"]), fmt_us(r["flashcl_us"])]
+        cells += [fmt_us(r.get(v)) + ("*" if r.get(v + "_expanded") else "") for v in DECODE_VARIANTS]
+        cells += [fmt_us(best[0]), best[1]]
+        rb = ratio(r["flashcl_us"], best[0])
+        cells.append("%.2f" % rb if rb is not None else "n/a")
+        cells.append("%.0f" % r["kv_gbps"] if isinstance(r.get("kv_gbps"), (int, float)) else "-")
+        lines.append(cells)
+    widths = [max(len(head[i]), *(len(l[i]) for l in lines)) if lines else len(head[i]) for i in range(len(head))]
+    out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
+    out += ["  ".join(c.rjust(w) for c, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
+def fmt_us(v):
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return "-"
+    return "%.1f" % v
 
 
 def parse_flashcl_lines(text):
@@ -257,7 +339,83 @@ def torch_timer(a):
         finally:
             torch.cuda.empty_cache()
 
+    def measure_decode(variant, dtype, d, row):
+        """(median µs, expanded) or ("n/a" / "oom", False): SDPA on [B, seq, heads, d] tensors."""
+        b, h, hkv, nq, n = row
+        backend = backends.get(variant)
+        if sdpa_kernel is None or backend is None:
+            return "n/a", False
+        try:
+            torch.manual_seed(0)
+            q = torch.randn(b, nq, h, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
+            k = torch.randn(b, n, hkv, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
+            v = torch.randn(b, n, hkv, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
+            scale = 1.0 / math.sqrt(d)
+            expanded = False
+
+            def run():
+                with sdpa_kernel(backend):
+                    if expanded or hkv == h:
+                        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+                    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+            try:
+                run()
+            except (RuntimeError, TypeError):
+                if hkv == h:
+                    raise
+                # The backend refuses GQA here: K and V expanded to every query head, outside the timed region.
+                g = h // hkv
+                k = k.unsqueeze(2).expand(b, hkv, g, n, d).reshape(b, h, n, d)
+                v = v.unsqueeze(2).expand(b, hkv, g, n, d).reshape(b, h, n, d)
+                expanded = True
+                run()
+            torch.cuda.synchronize()
+            return do_bench(run, return_mode="median") * 1e3, expanded
+        except torch.cuda.OutOfMemoryError:
+            return "oom", False
+        except RuntimeError as e:
+            return ("oom" if "out of memory" in str(e).lower() else "n/a"), False
+        finally:
+            torch.cuda.empty_cache()
+
+    measure.decode = measure_decode
     return measure
+
+
+def run_decode(a):
+    measure = None if a.dry_run else torch_timer(a)
+    rows = []
+    for dtype in a.dtype:
+        for d in a.head_dim:
+            for row in a.decode_rows:
+                cmd = decode_command(a, dtype, d, row)
+                print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+                if a.dry_run:
+                    continue
+                proc = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True)
+                rec = parse_flashcl_lines(proc.stdout).get(("flash", row[4]))
+                ok = rec and rec["status"] == "ok"
+                r = {"dtype": dtype, "d": d, "row": row,
+                     "flashcl_us": rec["median_ms"] * 1e3 if ok else (rec["status"] if rec else "-"),
+                     "kv_gbps": rec.get("kv_gbps") if ok else None,
+                     "split": bool(ok and rec.get("extra_bytes"))}
+                for variant in DECODE_VARIANTS:
+                    if variant in a.skip:
+                        r[variant] = "skipped"
+                        continue
+                    print("  torch %s %s d=%d %s" % (variant, dtype, d, row), file=sys.stderr, flush=True)
+                    r[variant], r[variant + "_expanded"] = measure.decode(variant, dtype, d, row)
+                rows.append(r)
+    if a.dry_run:
+        return 0
+    print("# flashcl vs PyTorch SDPA, decode (forward, [batch, seq, heads, d], not causal); median µs; flashcl/best "
+          "is a time ratio (above 1: flashcl slower); * = K and V expanded to every query head for that backend")
+    print(render_decode_table(rows))
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -370,6 +528,26 @@ def self_test():
           "n/a when PyTorch flash does not take f32; best of the rest")
     check(lines[3].split()[-3:] == ["n/a", "n/a", "-"], "a row where nothing ran")
     check(flops(1, 1, 10, 2, True, True) == 10 * 100 * 2 / 2, "backward FLOPs halved for causal")
+    a = parse_args(["--decode", "--device", "H200"])
+    check(a.decode and a.dtype == ["f16"] and a.head_dim == [128] and a.decode_rows == DECODE_ROWS,
+          "--decode defaults: f16, d=128, the six rows of issue 12")
+    cmd = decode_command(a, "f16", 128, (4, 32, 8, 4, 16384))
+    check(cmd[cmd.index("--seqlen-q") + 1] == "4" and cmd[cmd.index("--seqlen") + 1] == "16384"
+          and cmd[cmd.index("--kv-heads") + 1] == "8" and cmd[cmd.index("--layout") + 1] == "bnhd"
+          and cmd[cmd.index("--flush") + 1] == "256" and cmd[cmd.index("--device") + 1] == "H200",
+          "decode flashcl-bench command line")
+    a = parse_args(["--decode", "--decode-rows", "2,16,4,3,999;1,8,8,1,100", "--dtype", "bf16"])
+    check(a.decode_rows == [(2, 16, 4, 3, 999), (1, 8, 8, 1, 100)] and a.dtype == ["bf16"], "--decode-rows")
+    dec = render_decode_table([
+        {"dtype": "f16", "d": 128, "row": (1, 32, 8, 1, 4096), "flashcl_us": 30.0, "kv_gbps": 559.2,
+         "flash": 40.0, "efficient": 36.0, "efficient_expanded": True, "cudnn": "n/a"},
+        {"dtype": "f16", "d": 128, "row": (1, 32, 8, 1, 32768), "flashcl_us": "error", "kv_gbps": None,
+         "flash": "n/a", "efficient": "n/a", "cudnn": "n/a"}])
+    print(dec)
+    cells = dec.splitlines()[1].split()
+    check(cells[4] == "40.0" and cells[5] == "36.0*" and cells[-4] == "36.0" and cells[-3] == "efficient"
+          and cells[-2] == "0.83" and cells[-1] == "559", "decode table: best backend, ratio, GB/s, expanded mark")
+    check(dec.splitlines()[2].split()[-2:] == ["n/a", "-"], "decode row where nothing ran")
     print("compare_torch self-test: %d failed" % len(failures))
     return 1 if failures else 0
 
@@ -378,7 +556,7 @@ def main(argv):
     a = parse_args(argv)
     if a.self_test:
         return self_test()
-    return run(a)
+    return run_decode(a) if a.decode else run(a)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ typedef struct options {
   int impl[IMPL_COUNT];
   int iters, warmup;
   int json;
+  int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
+  long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
   double max_diff; /* > 0: exit status 1 when max |O_flash - O_reference| exceeds it */
 } options;
 
@@ -59,6 +61,7 @@ typedef struct bench {
   char device_name[256], driver[128], platform_name[128];
   cl_ulong max_alloc;
   cl_mem gate_buf; /* 4 bytes the gate command fills */
+  cl_mem flush_buf; /* --flush MiB, filled before each run's gate (NULL: none) */
 } bench;
 
 /* One (impl, N) measurement. */
@@ -85,6 +88,9 @@ static void usage(FILE *f) {
           "                      stops at its first failure (out of memory), the others go on\n"
           "  --seqlen-q Q        Q query rows against each --seqlen N keys (decode: 1; default Q = N);\n"
           "                      the table then also gives the K and V bytes read per second\n"
+          "  --layout bhnd|bnhd  q, k, v, o as [batch, heads, seq, d] (default) or [batch, seq, heads, d]\n"
+          "  --flush MIB         fill a MIB-MiB buffer before each run (outside its time), so that its inputs\n"
+          "                      are not read from the cache a previous run left them in (default 0)\n"
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
@@ -159,7 +165,16 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--seqlen-q")) NUMBER(o->seqlen_q, 1);
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
+    else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
     else if (!strcmp(a, "--causal")) o->causal = 1;
+    else if (!strcmp(a, "--layout")) {
+      NEED_VALUE();
+      if (strcmp(val, "bhnd") && strcmp(val, "bnhd")) {
+        fprintf(stderr, "flashcl-bench: --layout %s: expected bhnd or bnhd\n", val);
+        return -1;
+      }
+      o->bnhd = !strcmp(val, "bnhd");
+    }
     else if (!strcmp(a, "--window")) {
       NEED_VALUE();
       if (sscanf(val, "%lld,%lld", &o->window_left, &o->window_right) != 2 || o->window_left < -1 ||
@@ -301,6 +316,13 @@ static int open_device(bench *b) {
   if (err != CL_SUCCESS) {
     fprintf(stderr, "flashcl-bench: clCreateBuffer failed (%d)\n", (int)err);
     return -1;
+  }
+  if (b->opt.flush_mib > 0) {
+    b->flush_buf = clCreateBuffer(b->context, CL_MEM_READ_WRITE, (size_t)b->opt.flush_mib << 20, NULL, &err);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "flashcl-bench: clCreateBuffer of --flush %lld MiB failed (%d)\n", b->opt.flush_mib, (int)err);
+      return -1;
+    }
   }
   fcl_status st = fcl_context_create(b->context, b->device, NULL, &b->fcl);
   if (st) {
@@ -449,6 +471,15 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
   cl_event marker = NULL, ev = NULL;
   /* The gate command: a 4-byte fill (a real command, so drivers that give markers no time still time it). */
   const cl_uint zero = 0;
+  if (b->flush_buf) { /* before the gate, so outside the run's time */
+    const cl_uint junk = 0x3c003c00u;
+    err = clEnqueueFillBuffer(b->queue, b->flush_buf, &junk, sizeof junk, 0, (size_t)b->opt.flush_mib << 20, 0, NULL,
+                              NULL);
+    if (err != CL_SUCCESS) {
+      clReleaseEvent(gate);
+      return FCL_ERROR_OPENCL;
+    }
+  }
   err = clEnqueueFillBuffer(b->queue, b->gate_buf, &zero, sizeof zero, 0, sizeof zero, 1, &gate, &marker);
   if (err != CL_SUCCESS) {
     clSetUserEventStatus(gate, CL_COMPLETE);
@@ -601,6 +632,7 @@ static void print_header(const bench *b) {
   if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
   if (o->seqlen_q)
     snprintf(window + strlen(window), sizeof window - strlen(window), "  Nq=%lld (N keys)", o->seqlen_q);
+  if (o->bnhd) snprintf(window + strlen(window), sizeof window - strlen(window), "  [B,N,H,d]");
   printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
@@ -622,6 +654,7 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
            o->causal ? "true" : "false", o->iters, o->warmup, r->status);
     if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
     if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
+    if (o->bnhd) printf(",\"layout\":\"bnhd\"");
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
              "\"timer\":\"%s\"",
@@ -705,6 +738,12 @@ int main(int argc, char **argv) {
     desc.seqlen_q = o->seqlen_q ? o->seqlen_q : n, desc.seqlen_k = n, desc.head_dim = o->head_dim;
     desc.dtype = o->dtype, desc.causal = o->causal;
     desc.window = o->window, desc.window_left = o->window_left, desc.window_right = o->window_right;
+    if (o->bnhd) { /* [batch, seq, heads, d]: element strides (batch, head, row) */
+      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim;
+      const int64_t qs[3] = {desc.seqlen_q * o->heads * d, d, o->heads * d}, ks[3] = {n * hkv * d, d, hkv * d};
+      memcpy(desc.q_stride, qs, sizeof qs), memcpy(desc.o_stride, qs, sizeof qs);
+      memcpy(desc.k_stride, ks, sizeof ks), memcpy(desc.v_stride, ks, sizeof ks);
+    }
     tensors t;
     cl_int err = alloc_tensors(&b, &desc, alive, &t);
     if (err != CL_SUCCESS) {
@@ -755,6 +794,7 @@ int main(int argc, char **argv) {
   }
   fcl_context_release(b.fcl);
   clReleaseMemObject(b.gate_buf);
+  if (b.flush_buf) clReleaseMemObject(b.flush_buf);
   clReleaseCommandQueue(b.queue);
   clReleaseContext(b.context);
   return failures ? 1 : 0;
