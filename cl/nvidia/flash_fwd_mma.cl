@@ -184,19 +184,22 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #define CAUSAL_FIRST_LONGEST 1
 #endif
 #if SPLIT
+  /* Work-group (chunk split, row block gq). */
   const int blocks = (int)get_num_groups(0) / splits;
   const int split = (int)get_group_id(0) / blocks, gq = (int)get_group_id(0) % blocks;
-#else
-  const int blocks = get_num_groups(0), gq = get_group_id(0);
-#endif
   const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? blocks - 1 - gq : gq;
+#else
+  const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
+                                                        : (int)get_group_id(0);
+#endif
   const int q0 = qb * BR;
-  const int b = get_group_id(2);
 #if PACK
   const int hk = get_group_id(1), h = hk * group; /* h: the group's first head */
+  const int b = get_group_id(2);
   const int nrows = nq * group;
 #else
   const int h = get_group_id(1);
+  const int b = get_group_id(2);
   const int hk = h / group;
   const int nrows = nq;
 #endif
@@ -445,8 +448,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       l[mt][hr] += fcl_shfl_xor1(l[mt][hr]);
       l[mt][hr] += fcl_shfl_xor2(l[mt][hr]);
     }
-  CP_ASYNC_WAIT_ALL(); /* a Q copy of a work-group without key tiles may still be in flight */
 #if SPLIT
+  CP_ASYNC_WAIT_ALL(); /* the Q copy of a chunk without key tiles may still be in flight */
   /* A chunk's partial result, straight from the accumulators; the combine adds the sink and normalises
      across chunks. part row (split, b, head, i). */
 #pragma unroll
