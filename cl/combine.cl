@@ -7,7 +7,7 @@
  *
  * One work-group of WG work-items per (batch, head, row); work-item c writes columns c, c + WG, ...
  * Defines: DTYPE (the output's storage type), PART (0: float32 partials, 1: partials in DTYPE), D, WG,
- * SINKS (common.cl). */
+ * SINKS and VARLEN_Q (common.cl). */
 #if PART == 0
 typedef float part_t;
 #define PART_LOAD(p, i) ((p)[i])
@@ -20,7 +20,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, long part_sh, long part_sn,
                  long part_stride, __global const float *part_lse, long lse_off, int parts, __global store_t *o, long o_off,
                  long o_sb, long o_sh, long o_sn, __global float *lse, int num_heads, int nq,
-                 __global const float *sinks) {
+                 __global const float *sinks, __global const int *cu_q, int total_q) {
   const int lid = get_local_id(0);
   const long row_id = get_group_id(0); /* (b * num_heads + h) * nq + i */
   const int i = (int)(row_id % nq);
@@ -29,6 +29,16 @@ void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, lon
   const long b = bh / num_heads;
   const long rows = get_num_groups(0); /* batch * num_heads * nq */
   part_lse += lse_off; /* part p's lse of this row: part_lse[p * rows + row_id] */
+  /* Where the row goes: row i of (b, h), or with VARLEN_Q row i of sequence b's packed rows (rows past the
+     sequence's end, or of a sequence whose cu_q entries do not fit, are not written). */
+#if VARLEN_Q
+  const int2 seq = fcl_packed_range(cu_q, (int)b, total_q, nq);
+  if (i >= seq.y) return;
+  const long out_row = (long)seq.x + i, lse_row = (long)h * total_q + out_row, out_base = o_off + h * o_sh;
+#else
+  (void)cu_q, (void)total_q;
+  const long out_row = i, lse_row = row_id, out_base = o_off + b * o_sb + h * o_sh;
+#endif
 
   float mx = -INFINITY;
   bool nan = false;
@@ -52,7 +62,7 @@ void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, lon
 #endif
   const float inv = nan ? NAN : sum == 0.0f ? 0.0f : 1.0f / sum;
   const long src = part_off + b * part_sb + h * part_sh + i * part_sn;
-  __global store_t *dst = o + o_off + b * o_sb + h * o_sh + i * o_sn;
+  __global store_t *dst = o + out_base + out_row * o_sn;
   for (int c = lid; c < D; c += WG) {
     float acc = 0.0f;
     for (int p = 0; p < parts; ++p) {
@@ -62,5 +72,5 @@ void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, lon
     }
     STORE(dst, c, acc * inv);
   }
-  if (lse && lid == 0) lse[row_id] = nan ? NAN : sum == 0.0f ? -INFINITY : mx + log(sum);
+  if (lse && lid == 0) lse[lse_row] = nan ? NAN : sum == 0.0f ? -INFINITY : mx + log(sum);
 }

@@ -157,7 +157,9 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
   s -= m->slope * (float)abs(i + m->diag - j);
 #endif
 #if MASK
-  s += MASK_LOAD(m->mask, (long)i * m->mask_sn + j) * FCL_LOG2E;
+  /* -inf hides the key whatever the score holds (a NaN from q or k must not pass the mask as NaN + -inf). */
+  const float mv = MASK_LOAD(m->mask, (long)i * m->mask_sn + j);
+  s = mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E;
 #endif
   (void)m, (void)i, (void)j;
   return s;
@@ -169,6 +171,123 @@ inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk)
 }
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)
+
+/* ---- Sequences: where sequence b's query rows and key rows are (dense, varlen, paged), from the
+ * caller's untrusted index buffers. Switches (-D, 0 when absent): VARLEN_Q (q, o packed by cu_q; lse
+ * [heads][total_q]), KV (0 dense [batch] tensors, 1 packed by cu_k, 2 paged through the block table),
+ * SEQLENS_K (each sequence's key count from seqlens_k).
+ * An index that does not fit is never followed: a sequence with bad cu_q entries is skipped (its rows are
+ * not written; no row could be trusted to be its own), one with bad cu_k or seqlens_k entries gets NaN O and
+ * lse in every row, and a block-table entry outside the pool reads NaN keys and values, so exactly the rows
+ * that see those keys become NaN. */
+#ifndef VARLEN_Q
+#define VARLEN_Q 0
+#endif
+#ifndef KV
+#define KV 0
+#endif
+#ifndef SEQLENS_K
+#define SEQLENS_K 0
+#endif
+
+/* The sequence arguments every attention kernel takes after the modifiers (fcl_set_sequence_args). */
+#define FCL_SEQ_ARGS                                                                                   \
+  __global const int *cu_q, __global const int *cu_k, __global const int *seqlens_k,                 \
+      __global const int *block_table, long table_stride, int block_size, int num_blocks, int total_q, \
+      int total_k
+
+typedef struct fcl_seq {
+  int nq, nk;      /* this sequence's query rows and keys */
+  long q_row;      /* packed row of its first query (VARLEN_Q), else 0 */
+  long k_row;      /* packed row of its first key (KV 1), else 0 */
+  bool bad;        /* a key index of this sequence did not fit: its rows' O and lse are NaN */
+  bool skip;       /* its cu_q entries did not fit (VARLEN_Q): its query rows are unknown, nq is 0 */
+  int k_rows;      /* KV 0, 1: the key rows of k and v it owns (the backward's dK, dV rows; nk or more with
+                      SEQLENS_K; 0 when its cu_k entries did not fit) */
+  __global const int *table; /* KV 2: its row of the block table */
+  int block_size, num_blocks; /* KV 2: the pools' geometry */
+  int block_shift;            /* KV 2: log2(block_size) when it is a power of two (the common sizes), else -1 */
+} fcl_seq;
+
+/* A packed range [cu[b], cu[b + 1]) that fits in [0, total) and is at most max long; else (-1, 0). */
+inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) {
+  const int lo = cu[b], hi = cu[b + 1];
+  return lo >= 0 && hi >= lo && hi <= total && hi - lo <= max ? (int2)(lo, hi - lo) : (int2)(-1, 0);
+}
+
+/* Sequence b of a launch whose longest sequences have nq_max query rows and nk_max keys. */
+#define FCL_SEQ_INIT(s, b, nq_max, nk_max)                                                    \
+  do {                                                                                      \
+    (s).nq = (nq_max), (s).nk = (nk_max), (s).q_row = 0, (s).k_row = 0, (s).bad = false;   \
+    (s).skip = false, (s).k_rows = (nk_max);                                                \
+    (s).table = block_table, (s).block_size = block_size, (s).num_blocks = num_blocks;     \
+    (s).block_shift = (block_size & (block_size - 1)) == 0 ? 31 - clz(block_size) : -1;     \
+    if (VARLEN_Q) {                                                                         \
+      const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max));                       \
+      (s).q_row = max(r_.x, 0), (s).nq = r_.y, (s).skip = r_.x < 0;                         \
+    }                                                                                       \
+    if (KV == 1) {                                                                          \
+      const int2 r_ = fcl_packed_range(cu_k, (b), total_k, (nk_max));                       \
+      (s).k_row = max(r_.x, 0), (s).nk = (s).k_rows = r_.y, (s).bad |= r_.x < 0;            \
+    }                                                                                       \
+    if (SEQLENS_K) {                                                                        \
+      const int n_ = seqlens_k[b];                                                          \
+      (s).bad |= n_ < 0 || n_ > (s).nk;                                                     \
+      (s).nk = (s).bad ? 0 : n_;                                                            \
+    }                                                                                       \
+    if (KV == 2) (s).table = block_table + (long)(b) * table_stride;                        \
+  } while (0)
+
+/* Paged keys: the pool block of key j (-1 when its table entry is outside the pool; the host has checked
+   that every key below seqlen_k has an entry) and its row in that block. */
+inline int2 fcl_key_block(const fcl_seq *s, int j) {
+  const int e = s->block_shift >= 0 ? j >> s->block_shift : j / s->block_size, blk = s->table[e];
+  return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - e * s->block_size);
+}
+
+/* A tile's key rows j0 .. j0 + rows - 1 resolved once for its K and V loads: with KV 2 each row's block and
+   row in the block go to local `page` (int2 [rows]; the caller synchronises before reading it); otherwise
+   nothing is needed (row j is j * row stride from the sequence's base). */
+#define FCL_PAGE_ROWS(page, seq, j0, rows)                                                   \
+  if (KV == 2)                                                                              \
+    for (int r_ = lid; r_ < (rows); r_ += WG)                                               \
+      (page)[r_] = (j0) + r_ < (seq).nk ? fcl_key_block(&(seq), (j0) + r_) : (int2)(-1, 0);
+
+/* Element offset of tile row r (key j) from its (batch or pool, kv head) base, for a tensor whose block or
+   batch stride is sb and row stride sn; -1 for a key of a block outside the pool. */
+#define FCL_KEY_OFFSET(page, r, j, sb, sn) \
+  (KV == 2 ? ((page)[r].x >= 0 ? (long)(page)[r].x * (sb) + (long)(page)[r].y * (sn) : -1L) : (long)(j) * (sn))
+
+/* Cooperative load of key rows j0.. (j0 + r < seq.nk) of K or V into a local [rows][DS] tile as LOAD_TILE
+   does, addressed through FCL_KEY_OFFSET; a row of a block outside the pool loads as NaN. */
+#define LOAD_KEY_TILE(dst, src, sb, sn, seq, page, j0, rows)                                     \
+  for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
+    const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
+    float x_ = 0.0f;                                                                             \
+    if ((j0) + r_ < (seq).nk && c_ < D) {                                                        \
+      const long off_ = FCL_KEY_OFFSET(page, r_, (j0) + r_, (sb), (sn));                         \
+      x_ = off_ >= 0 ? LOAD(src, off_ + c_) : NAN;                                               \
+    }                                                                                            \
+    (dst)[r_ * DS + c_] = x_;                                                                    \
+  }
+
+/* ---- GQA packing (PACK 1, for few query rows): a work-group owns kv head hk of its batch, and the rows of its
+ * tile are (query row, head) pairs of the heads that share it, r = i * group + (head - hk * group), so K and V
+ * are read once for the whole group. Tile row r's query row, head, and element offset from the group's first
+ * head's row 0 (sh, sn: the tensor's head and row strides); without PACK, r is the query row of head h.
+ * The kernel defines group, hk and h (the group's first head under PACK). */
+#ifndef PACK
+#define PACK 0
+#endif
+#if PACK
+#define ROW_I(r) ((r) / group)
+#define ROW_HEAD(r) (hk * group + (r) % group)
+#define ROW_OFF(r, sh, sn) ((long)((r) % group) * (sh) + (long)((r) / group) * (sn))
+#else
+#define ROW_I(r) (r)
+#define ROW_HEAD(r) (h)
+#define ROW_OFF(r, sh, sn) ((long)(r) * (sn))
+#endif
 
 /* ---- Split-KV: a launch's work-groups also cover `splits` chunks of each row block's visible key tiles
  * (SPLIT 1). Each writes its partial O, float32 and normalised by its own sum, into

@@ -22,6 +22,13 @@
  *
  * S and dP read Q, dO, K, V rows four floats at a time; the accumulation reads P and dS rows four at a time.
  *
+ * Sequences (common.cl's FCL_SEQ_INIT: packed queries, packed or dense keys, per-sequence key counts): each
+ * work-group takes its sequence's lengths, rows and alignment. Untrusted indices follow the forward's rules
+ * (docs/api.md): a sequence with bad cu_q entries writes no dQ (its rows are unknown), one with bad cu_k or
+ * seqlens_k entries gets NaN dQ; the dK, dV rows a sequence owns get NaN when any of its indices is bad, and
+ * are not written when its own cu_k entries are (unknown rows); d_sinks is NaN when any sequence is bad.
+ * The pre-pass needs none of it: with VARLEN_Q the host runs it over the total_q packed rows as one batch.
+ *
  * Defines (plan_backward.c): D head_dim; DP, D padded to a multiple of TC and of 4; DS, the local row
  * stride (a multiple of 4, and 4 mod 8 where room allows, so consecutive rows' float4s fall in distinct
  * banks); TR, TC, RM, RN, DN; BN = TC*RN is a multiple of 4. Tails are zero-filled in local memory and
@@ -49,17 +56,24 @@ __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __global const float *sinks,
-                      __global float *d_sinks, int num_heads, int batch, int nq) {
+                      __global float *d_sinks, int num_heads, int batch, int nq_max, int nk_max, FCL_SEQ_ARGS) {
   __local float part[WG];
   const int lid = get_local_id(0);
   const int h = get_group_id(0);
   const float sink = sinks[h];
   float acc = 0.0f;
-  for (long r = lid; r < (long)batch * nq; r += WG) {
-    const long row = ((r / nq) * num_heads + h) * nq + r % nq;
-    const float l = lse[row];
-    /* A row whose lse is -inf saw no key and no finite sink: it contributes nothing. */
-    if (l != -INFINITY) acc = fma(dvec[row], exp(sink - l), acc);
+  bool bad = false;
+  for (int b = 0; b < batch; ++b) {
+    fcl_seq seq;
+    FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+    /* A sequence whose indices did not fit has an unknown share of the sum. */
+    bad |= seq.bad || seq.skip;
+    const long base = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+    for (int r = lid; r < (seq.bad ? 0 : seq.nq); r += WG) {
+      const float l = lse[base + r];
+      /* A row whose lse is -inf saw no key and no finite sink: it contributes nothing. */
+      if (l != -INFINITY) acc = fma(dvec[base + r], exp(sink - l), acc);
+    }
   }
   part[lid] = acc;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -67,7 +81,7 @@ void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __g
     if (lid < span) part[lid] += part[lid + span];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (lid == 0) d_sinks[h] = -part[0];
+  if (lid == 0) d_sinks[h] = bad ? NAN : -part[0];
 }
 
 #else
@@ -111,7 +125,7 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
                     long k_off, long k_sb, long k_sh, long k_sn,
                     long v_off, long v_sb, long v_sh, long v_sn,
                     long o_off, long o_sb, long o_sh, long o_sn,
-                    int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+                    int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
   __local float4 Ks4[BM * DS4];
   __local float4 Vs4[BM * DS4];
   __local float4 Qs4[BN * DS4];
@@ -134,8 +148,16 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
   const int hk = get_group_id(1);
   const int b = get_group_id(2);
 
-  const long kbase = k_off + b * k_sb + hk * k_sh;
-  const long vbase = v_off + b * v_sb + hk * v_sh;
+  /* This sequence's lengths and rows (common.cl); a block past the key rows it owns has nothing to write.
+     Its rows from nk to k_rows (beyond seqlens_k) get zero gradients. */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  if (k0 >= seq.k_rows) return;
+  const int nq = seq.nq, nk = seq.nk;
+  /* Any bad index of the sequence: its dK, dV rows are NaN, and nothing is computed. */
+  const bool poisoned = seq.bad || seq.skip;
+  const long kbase = k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
+  const long vbase = v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
   LOAD_TILE(Ks, k + kbase, k_sn, k0, BM, nk, 1.0f);
   LOAD_TILE(Vs, v + vbase, v_sn, k0, BM, nk, 1.0f);
 
@@ -145,15 +167,15 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
 
   const float qk_scale = scale * FCL_LOG2E;
 
-  for (int g = 0; g < group; ++g) {
+  for (int g = 0; g < (poisoned || k0 >= nk ? 0 : group); ++g) {
     const int h = hk * group + g;
     /* The query rows that see some key of the block: the rest of the rows are never loaded. */
     fcl_mods mods;
     FCL_MODS_INIT(mods, b, h, nq, nk);
     const int q_begin = fcl_row_begin(&mods, k0), q_end = fcl_row_end(&mods, min(k0 + BM, nk) - 1, nq);
-    __global const store_t *qh = q + q_off + b * q_sb + h * q_sh;
-    __global const store_t *doh = d_o + o_off + b * o_sb + h * o_sh;
-    const long lbase = ((long)b * num_heads + h) * nq;
+    __global const store_t *qh = q + q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+    __global const store_t *doh = d_o + o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
+    const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
     for (int q0 = q_begin; q0 < q_end; q0 += BN) {
       barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with Qs, dOs, Pt, dSt */
       LOAD_TILE(Qs, qh, q_sn, q0, BN, nq, 1.0f);
@@ -223,12 +245,12 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
 
   for (int i = 0; i < RM; ++i) {
     const int key = k0 + tr * RM + i;
-    if (key >= nk) continue;
+    if (key >= seq.k_rows) continue;
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
       if (c < D) {
-        STORE(d_k, kbase + key * k_sn + c, dk[i][n] * scale);
-        STORE(d_v, vbase + key * v_sn + c, dv[i][n]);
+        STORE(d_k, kbase + key * k_sn + c, poisoned ? NAN : dk[i][n] * scale);
+        STORE(d_v, vbase + key * v_sn + c, poisoned ? NAN : dv[i][n]);
       }
     }
   }
@@ -244,7 +266,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
                   long k_off, long k_sb, long k_sh, long k_sn,
                   long v_off, long v_sb, long v_sh, long v_sn,
                   long o_off, long o_sb, long o_sh, long o_sn,
-                  int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS) {
+                  int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
   __local float4 Qs4[BM * DS4];
   __local float4 dOs4[BM * DS4];
   __local float4 Ks4[BN * DS4];
@@ -262,17 +284,24 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   const int tc = lid % TC;
   const int tr = lid / TC;
   /* Causal: the last query blocks see the most keys, so they take the first group ids and start first. */
-  const int q0 = (win_right < nq ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
+  const int q0 =
+      (win_right < nq_max ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
   const int h = get_group_id(1);
   const int b = get_group_id(2);
   const int hk = h / group;
 
-  const long qbase = q_off + b * q_sb + h * q_sh;
-  __global const store_t *kh = k + k_off + b * k_sb + hk * k_sh;
-  __global const store_t *vh = v + v_off + b * v_sb + hk * v_sh;
-  const long lbase = ((long)b * num_heads + h) * nq;
+  /* This sequence's lengths and rows (common.cl); a block past its last query row has nothing to do (nor
+     has any block of a sequence whose cu_q entries did not fit: nq is then 0). */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  const int nq = seq.nq, nk = seq.nk;
+  if (q0 >= nq) return;
+  const long qbase = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+  __global const store_t *kh = k + k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
+  __global const store_t *vh = v + v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
   LOAD_TILE(Qs, q + qbase, q_sn, q0, BM, nq, 1.0f);
-  LOAD_TILE(dOs, d_o + o_off + b * o_sb + h * o_sh, o_sn, q0, BM, nq, 1.0f);
+  LOAD_TILE(dOs, d_o + o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh, o_sn, q0, BM, nq, 1.0f);
   for (int r = lid; r < BM; r += WG) {
     const bool in = q0 + r < nq;
     Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;
@@ -285,7 +314,9 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
 
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
-  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, min(q0 + BM, nq) - 1, nk);
+  /* A sequence whose key indices did not fit computes nothing and gets NaN dQ. */
+  const int kv_begin = fcl_key_begin(&mods, q0);
+  const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, min(q0 + BM, nq) - 1, nk);
   const float qk_scale = scale * FCL_LOG2E;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BN) {
@@ -344,7 +375,7 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
     if (row >= nq) continue;
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
-      if (c < D) STORE(d_q, qbase + row * q_sn + c, acc[i][n] * scale);
+      if (c < D) STORE(d_q, qbase + row * q_sn + c, seq.bad ? NAN : acc[i][n] * scale);
     }
   }
 }

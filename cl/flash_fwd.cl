@@ -13,8 +13,19 @@
  * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
  * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
  * seqlen_k and D are zero-filled in local memory and never written back.
+ * DIRECT_K, DIRECT_V (a CPU's blocks of few rows, where a tile element is reused too little to pay for its
+ * trip through local memory): S reads K rows and P V reads V rows from global memory directly.
+ * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
+ * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
+ * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
  */
 #define WG (TR * TC)
+#ifndef DIRECT_V
+#define DIRECT_V 0
+#endif
+#ifndef DIRECT_K
+#define DIRECT_K 0
+#endif
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
 #define KS (BC + 1) /* row stride of the transposed K tile */
 #if KT && DP * KS > BC * DS
@@ -30,12 +41,14 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
                long k_off, long k_sb, long k_sh, long k_sn,
                long v_off, long v_sb, long v_sh, long v_sn,
                long o_off, long o_sb, long o_sh, long o_sn,
-               int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
+               int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS,
+               FCL_SPLIT_ARGS) {
   __local float4 Qs4[BR * DS / 4];
   __local float4 KVs4[(KV_FLOATS + 3) / 4];
   __local float4 Ps4[BR * PS / 4];
   __local float Rmax[BR * TC];
   __local float Rsum[BR * TC];
+  __local int2 page[KV == 2 ? BC : 1]; /* paged keys: the current tile's blocks and rows (common.cl) */
   __local float *Qs = (__local float *)Qs4;
   __local float *KVs = (__local float *)KVs4;
   __local float *Ps = (__local float *)Ps4;
@@ -48,17 +61,29 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int blocks = get_num_groups(0) / splits;
   const int split = get_group_id(0) / blocks;
   const int q0 = (blocks - 1 - get_group_id(0) % blocks) * BR;
-  const int h = get_group_id(1);
+#if PACK
+  const int hk = get_group_id(1), h = hk * group; /* h: the group's first head (common.cl's ROW_*) */
+#else
+  const int h = get_group_id(1), hk = h / group;
+#endif
   const int b = get_group_id(2);
-  const int hk = h / group;
 
-  q += q_off + b * q_sb + h * q_sh;
-  k += k_off + b * k_sb + hk * k_sh;
-  v += v_off + b * v_sb + hk * v_sh;
-  o += o_off + b * o_sb + h * o_sh;
+  /* This sequence's lengths and rows (common.cl); a block past its last row has nothing to do. */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  const int nq = seq.nq, nk = seq.nk;
+  const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
+  if (q0 >= nrows) return;
+  q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+  o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
+  k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
+  v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
-  LOAD_TILE(Qs, q, q_sn, q0, BR, nq, scale * FCL_LOG2E);
+  for (int i_ = lid; i_ < BR * DP; i_ += WG) {
+    const int r_ = i_ / DP, c_ = i_ % DP;
+    Qs[r_ * DS + c_] = q0 + r_ < nrows && c_ < D ? LOAD(q, ROW_OFF(q0 + r_, q_sh, q_sn) + c_) * (scale * FCL_LOG2E) : 0.0f;
+  }
 
   float m[RM], l[RM], acc[RM][DN];
   for (int i = 0; i < RM; ++i) {
@@ -67,30 +92,66 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     for (int n = 0; n < DN; ++n) acc[i][n] = 0.0f;
   }
 
-  /* The keys the block's rows see: tiles outside the window are never loaded. */
+  /* The keys the block's rows see: tiles outside the window are never loaded. The window does not depend on
+     the head, so mods serves every packed row for it. */
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
-  const int last_row = min(q0 + BR, nq) - 1;
+  const int first_i = ROW_I(q0), last_i = ROW_I(min(q0 + BR, nrows) - 1);
+#if PACK && (ALIBI || MASK != 0)
+  /* Packed rows of different heads: each row's own ALiBi slope and mask. */
+  fcl_mods rmods[RM];
+  for (int i = 0; i < RM; ++i) FCL_MODS_INIT(rmods[i], b, ROW_HEAD(q0 + tr * RM + i), nq, nk);
+#define ROW_MODS(i) (&rmods[i])
+#else
+#define ROW_MODS(i) (&mods)
+#endif
   /* Split-KV: this work-group's chunk of them (all of them without SPLIT). */
-  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, q0), fcl_key_end(&mods, last_row, nk), BC, split, splits);
-  const int kv_begin = keys.x, kv_end = keys.y;
+  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, first_i), fcl_key_end(&mods, last_i, nk), BC, split, splits);
+  const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BC) {
-    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs and Ps */
-#if KT
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's P.V is done with KVs, Ps and page */
+#if KV == 2
+    FCL_PAGE_ROWS(page, seq, k0, BC);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#if DIRECT_K
+    /* S reads K from global memory below. */
+#elif KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
-      KVs[c * KS + r] = (k0 + r < nk && c < D) ? LOAD(k, (k0 + r) * k_sn + c) : 0.0f;
+      float x = 0.0f;
+      if (k0 + r < nk && c < D) {
+        const long off = FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn);
+        x = off >= 0 ? LOAD(k, off + c) : NAN;
+      }
+      KVs[c * KS + r] = x;
     }
 #else
-    LOAD_TILE(KVs, k, k_sn, k0, BC, nk, 1.0f);
+    LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, page, k0, BC);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float s[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
-#if KT
+#if DIRECT_K
+    {
+      long koff[RN]; /* each key's row, -1 for a block outside the pool, -2 past the sequence's keys */
+      for (int j = 0; j < RN; ++j) {
+        const int r = tc + j * TC;
+        koff[j] = k0 + r < nk ? FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn) : -2;
+      }
+      for (int d = 0; d < D; ++d) {
+        float kd[RN];
+        for (int j = 0; j < RN; ++j) kd[j] = koff[j] >= 0 ? LOAD(k, koff[j] + d) : koff[j] == -1 ? NAN : 0.0f;
+        for (int i = 0; i < RM; ++i) {
+          const float qd = Qs[(tr * RM + i) * DS + d];
+          for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
+        }
+      }
+    }
+#elif KT
     for (int d = 0; d < DP; ++d) {
       float kd[RN];
       for (int j = 0; j < RN; ++j) kd[j] = KVs[d * KS + tc + j * TC];
@@ -118,14 +179,15 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     /* A tile every row sees whole needs no per-element mask (rows beyond nq are never written); others
        exclude hidden entries from P V (a NaN in a hidden V row must not reach the output), as does a mask,
        which may hide any key. */
-    const bool whole = !fcl_tile_masked(&mods, q0, last_row, k0, BC, nk);
-    const bool guard = MASK || !whole;
+    const bool whole = !fcl_tile_masked(&mods, first_i, last_i, k0, BC, nk);
+    const bool score_mods = (SOFTCAP | ALIBI | MASK) != 0; /* a variable: `|| !whole` is then no constant test */
+    const bool guard = (MASK != 0) | !whole;
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
       for (int j = 0; j < RN; ++j) {
         const int col = k0 + tc + j * TC;
-        if (SOFTCAP || ALIBI || MASK || !whole) s[i][j] = fcl_score(&mods, s[i][j], row, col, nq, nk);
+        if (score_mods || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
       Rmax[(tr * RM + i) * TC + tc] = tile_max;
@@ -149,7 +211,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-    LOAD_TILE(KVs, v, v_sn, k0, BC, nk, 1.0f);
+#if !DIRECT_V
+    LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int i = 0; i < RM; ++i) {
@@ -165,7 +229,17 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       for (int cc = 0; cc < 4; ++cc) {
         const int c = c4 * 4 + cc;
         float vc[DN];
+#if DIRECT_V
+        {
+          const long off = k0 + c < nk ? FCL_KEY_OFFSET(page, c, k0 + c, v_sb, v_sn) : -2;
+          for (int n = 0; n < DN; ++n) {
+            const int col = tc + n * TC;
+            vc[n] = off >= 0 && col < D ? LOAD(v, off + col) : off == -1 ? NAN : 0.0f;
+          }
+        }
+#else
         for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];
+#endif
         for (int i = 0; i < RM; ++i) {
           const float p = cc == 0 ? p4[i].x : cc == 1 ? p4[i].y : cc == 2 ? p4[i].z : p4[i].w;
           if (!guard || p != 0.0f)
@@ -177,21 +251,23 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
 
   for (int i = 0; i < RM; ++i) {
     const int row = q0 + tr * RM + i;
-    if (row >= nq) continue;
+    if (row >= nrows) continue;
+    const int hr = ROW_HEAD(row), qi = ROW_I(row); /* the row's head and query row */
 #if SPLIT
-    /* A chunk's partial result; the combine adds the sink and normalises across chunks. */
-    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + h) * nq + row;
-    const float pinv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    /* A chunk's partial result, in rows padded to nq_max; the combine adds the sink and normalises across
+       chunks. */
+    const long prow = (((long)split * get_num_groups(2) + b) * num_heads + hr) * nq_max + qi;
+    const float pinv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
       if (c < D) part_o[prow * D + c] = acc[i][n] * pinv;
     }
-    if (tc == 0) part_o[part_lse_off + prow] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+    if (tc == 0) part_o[part_lse_off + prow] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
     continue;
 #endif
 #if SINKS
     /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
-    const float sink = FCL_SINK(h), mf = fmax(m[i], sink);
+    const float sink = FCL_SINK(hr), mf = fmax(m[i], sink);
     if (mf != -INFINITY) {
       const float c = exp2(m[i] - mf);
       l[i] = l[i] * c + exp2(sink - mf);
@@ -199,13 +275,15 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       m[i] = mf;
     }
 #endif
-    /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse. */
-    const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse, and a
+       sequence whose key indices did not fit gets NaN. */
+    const float inv = seq.bad ? NAN : l[i] == 0.0f ? 0.0f : 1.0f / l[i];
     for (int n = 0; n < DN; ++n) {
       const int c = tc + n * TC;
-      if (c < D) STORE(o, row * o_sn + c, acc[i][n] * inv);
+      if (c < D) STORE(o, ROW_OFF(row, o_sh, o_sn) + c, acc[i][n] * inv);
     }
+    const long lse_row = VARLEN_Q ? (long)hr * total_q + seq.q_row : ((long)b * num_heads + hr) * nq_max;
     if (lse && tc == 0)
-      lse[((long)b * num_heads + h) * nq + row] = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
+      lse[lse_row + qi] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
   }
 }

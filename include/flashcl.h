@@ -188,7 +188,10 @@ FCL_API fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue qu
 
 /* Gradients of the forward pass, from the forward's o and lse. d_o has o's strides and offset;
    d_q, d_k, d_v have those of q, k, v. workspace: at least fcl_attention_backward_workspace_size()
-   bytes (may be NULL when that is 0). Deterministic: the same inputs give bitwise the same output. */
+   bytes (may be NULL when that is 0): one float per query row, batch * num_heads * seqlen_q, or
+   num_heads * total_q with cu_seqlens_q. Deterministic: the same inputs give bitwise the same output.
+   Packed sequences (cu_seqlens_q, cu_seqlens_k, seqlens_k) are taken as the forward takes them; paged K/V
+   (block_table) gives FCL_ERROR_UNSUPPORTED. */
 FCL_API size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc);
 FCL_API fcl_status fcl_attention_backward(fcl_context *ctx, cl_command_queue queue,
                                           const fcl_attention_desc *desc,
@@ -213,7 +216,10 @@ typedef struct fcl_kv_append_desc {
 
 /* Writes token t's keys and values (every head) into the pools at slot slots[t] = block * block_size +
    row (int64 [num_tokens], vLLM's slot_mapping); a slot of -1 skips the token, and so does any slot
-   outside [0, num_blocks * block_size) (an untrusted index never writes outside the pools). One kernel. */
+   outside [0, num_blocks * block_size) (an untrusted index never writes outside the pools). One kernel;
+   elements are copied bit for bit. Tokens sharing a slot leave one of their values in each element,
+   which one unspecified. The pools must share no element with each other or a byte with the inputs.
+   num_tokens 0 runs nothing: *event (optional) is then a marker behind the wait list. */
 FCL_API fcl_status fcl_kv_cache_append(fcl_context *ctx, cl_command_queue queue, const fcl_kv_append_desc *desc,
                                        cl_mem k_new, cl_mem v_new, cl_mem slots, cl_mem k_pool, cl_mem v_pool,
                                        cl_uint num_wait, const cl_event *wait, cl_event *event);

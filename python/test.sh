@@ -1,7 +1,8 @@
 #!/bin/bash
 # Tests the Python package against the library in build/ ($FLASHCL_LIBRARY overrides): a virtual environment
 # (build/python-venv, or $FLASHCL_PYTHON_VENV) with pyopencl, numpy, pytest and ml_dtypes from the package
-# index, the package installed from python/, an import check, then pytest. Arguments go to pytest.
+# index, the package installed from python/, an import check, then pytest. Arguments go to pytest; when one
+# names a test file or folder (python/tests/test_sequences.py, or ...::test_name), only those run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,4 +17,6 @@ rm -rf python/build python/flashcl.egg-info # setuptools' in-tree leftovers
 (cd / && env -u FLASHCL_LIBRARY "$venv/bin/python" -c "import flashcl")
 
 export FLASHCL_LIBRARY=${FLASHCL_LIBRARY:-$PWD/build/libflashcl.so}
-"$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests "$@"
+tests=python/tests
+for a in "$@"; do [[ $a != -* && -e ${a%%::*} ]] && tests=; done
+"$venv/bin/python" -m pytest -q -p no:cacheprovider ${tests:+"$tests"} "$@"

@@ -1,8 +1,11 @@
 /* fcl_attention_backward: validate, plan, set arguments, enqueue three kernels.
  *
- * 1. flash_bwd_pre:  Dvec = rowsum(dO * O) into the workspace (float32 [batch, heads, seqlen_q]).
+ * 1. flash_bwd_pre:  Dvec = rowsum(dO * O) into the workspace (float32 [batch, heads, seqlen_q], or
+ *                    [heads, total_q] with packed queries: laid out as lse).
  * 2. flash_bwd_dkdv: dK, dV per block of key rows, summed over the query heads of a kv head in order.
  * 3. flash_bwd_dq:   dQ per block of query rows, recomputing P and dS over the key blocks.
+ * (4. flash_bwd_dsinks: d_sinks, when asked for.) Packed queries and packed or dense keys with per-sequence
+ * lengths go through common.cl's sequence layer; paged K/V is refused.
  * No atomics anywhere, so the gradients are bitwise reproducible. The three are chained with events, so
  * the order holds on in-order and out-of-order queues alike. */
 #include "internal.h"
@@ -30,26 +33,29 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
                                     const cl_event *wait, fcl_problem *p, size_t *ws_floats) {
   fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, p);
   if (st) return st;
+  if ((st = fcl_backward_supported(p))) return st;
   if (!lse)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
-                    "lse is NULL; the backward pass needs the forward's lse (float32 [batch, num_heads, seqlen_q])");
-  if ((st = fcl_check_tensor(ctx, d_o, "d_o", p, p->heads, p->nq, p->o_stride, p->o_offset)) ||
-      (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->heads, p->nq, p->q_stride, p->q_offset)) ||
-      (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_heads, p->nk, p->k_stride, p->k_offset)) ||
-      (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_heads, p->nk, p->v_stride, p->v_offset)) ||
-      (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->heads, p->nq, p->q_stride, "q")) ||
-      (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_heads, p->nk, p->k_stride, "k")) ||
-      (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_heads, p->nk, p->v_stride, "v")) ||
+                    "lse is NULL; the backward pass needs the forward's lse (float32 [batch, num_heads, seqlen_q], or "
+                    "[num_heads, total_q] with cu_seqlens_q)");
+  if ((st = fcl_check_tensor(ctx, d_o, "d_o", p, p->q_counts, p->o_stride, p->o_offset)) ||
+      (st = fcl_check_tensor(ctx, d_q, "d_q", p, p->q_counts, p->q_stride, p->q_offset)) ||
+      (st = fcl_check_tensor(ctx, d_k, "d_k", p, p->kv_counts, p->k_stride, p->k_offset)) ||
+      (st = fcl_check_tensor(ctx, d_v, "d_v", p, p->kv_counts, p->v_stride, p->v_offset)) ||
+      (st = fcl_check_no_overlap("d_q (laid out as q)", p, p->q_counts, p->q_stride, "q")) ||
+      (st = fcl_check_no_overlap("d_k (laid out as k)", p, p->kv_counts, p->k_stride, "k")) ||
+      (st = fcl_check_no_overlap("d_v (laid out as v)", p, p->kv_counts, p->v_stride, "v")) ||
       (st = fcl_row_count(p, ws_floats)) || (st = fcl_check_float_buffer(ctx, workspace, "workspace", *ws_floats)) ||
       (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
 
   /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other;
      fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
-  uint64_t r[4][2], m[3][2];
+  uint64_t r[4][2], m[3][2], sq[4][2];
   size_t rows = 0;
   if ((st = fcl_row_count(p, &rows)) || (st = fcl_attention_bytes(p, r))) return st;
   fcl_modifier_bytes(p, m[0], m[1], m[2]);
+  fcl_sequence_bytes(p, sq);
   const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
                                  {k, r[1][0], r[1][1], 0, "k"},
                                  {v, r[2][0], r[2][1], 0, "v"},
@@ -59,12 +65,23 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
                                  {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
                                  {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
                                  {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                 {p->cu_q, sq[0][0], sq[0][1], 0, "desc->cu_seqlens_q"},
+                                 {p->cu_k, sq[1][0], sq[1][1], 0, "desc->cu_seqlens_k"},
+                                 {p->seqlens_k, sq[2][0], sq[2][1], 0, "desc->seqlens_k"},
                                  {d_q, r[0][0], r[0][1], 1, "d_q"},
                                  {d_k, r[1][0], r[1][1], 1, "d_k"},
                                  {d_v, r[2][0], r[2][1], 1, "d_v"},
                                  {workspace, 0, (uint64_t)*ws_floats * sizeof(float), 1, "workspace"},
                                  {p->d_sinks, 0, (uint64_t)p->heads * sizeof(float), 1, "desc->d_sinks"}};
   return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
+}
+
+fcl_status fcl_backward_supported(const fcl_problem *p) {
+  if (p->block_table)
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "the backward does not take paged K/V (desc->block_table is set); packed sequences "
+                    "(cu_seqlens_q, cu_seqlens_k, seqlens_k) are supported");
+  return FCL_SUCCESS;
 }
 
 static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
@@ -94,14 +111,18 @@ static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dty
                   names[which], d, ctx->caps.device_name);
 }
 
-/* Work-items of the d_sinks reduction: a power of two the device and kernel admit. */
-static fcl_status dsinks_kernel(fcl_context *ctx, cl_kernel *kernel, size_t *wg_out) {
-  return fcl_get_kernel_wg(ctx, backward_files, 2, "flash_bwd_dsinks", "-DBWD_KIND=3 -DDTYPE=0", 256, kernel, wg_out);
+/* Work-items of the d_sinks reduction: a power of two the device and kernel admit. It walks the sequences, so
+   it is built with their defines. */
+static fcl_status dsinks_kernel(fcl_context *ctx, const fcl_problem *p, cl_kernel *kernel, size_t *wg_out) {
+  char defines[128] = "-DBWD_KIND=3 -DDTYPE=0";
+  const size_t n = strlen(defines);
+  fcl_sequence_defines(p, defines + n, sizeof defines - n);
+  return fcl_get_kernel_wg(ctx, backward_files, 2, "flash_bwd_dsinks", defines, 256, kernel, wg_out);
 }
 
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
                                size_t *dsinks_wg) {
-  char defines[128], mods[96];
+  char defines[128], mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
   fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_pre", defines, &kernels[0]);
@@ -111,7 +132,7 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
     return st;
   kernels[3] = NULL;
   *dsinks_wg = 0;
-  if (p->d_sinks && (st = dsinks_kernel(ctx, &kernels[3], dsinks_wg))) return st;
+  if (p->d_sinks && (st = dsinks_kernel(ctx, p, &kernels[3], dsinks_wg))) return st;
   return FCL_SUCCESS;
 }
 
@@ -142,7 +163,9 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   if ((st = set_buffers(kernels[0], &a, pre_bufs, 3)) ||
       (st = set_layout_args(kernels[0], &a, p->o_offset, p->o_stride)))
     return st;
-  const cl_int pre_ints[2] = {(cl_int)p->heads, (cl_int)p->nq};
+  /* Packed queries: the pre-pass runs over the total_q rows as one batch, which lays Dvec out as lse. */
+  const int64_t pre_rows = p->cu_q ? p->total_q : p->nq, pre_batch = p->cu_q ? 1 : p->batch;
+  const cl_int pre_ints[2] = {(cl_int)p->heads, (cl_int)pre_rows};
   for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
   a = 0;
   const cl_mem dkdv_bufs[8] = {q, k, v, d_o, lse, workspace, d_k, d_v};
@@ -154,8 +177,9 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
     a = 0;
     const cl_mem ds_bufs[4] = {lse, workspace, p->sinks, p->d_sinks};
     if ((st = set_buffers(kernels[3], &a, ds_bufs, 4))) return st;
-    const cl_int ds_ints[3] = {(cl_int)p->heads, (cl_int)p->batch, (cl_int)p->nq};
-    for (int i = 0; i < 3; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[3], a++, sizeof(cl_int), &ds_ints[i]));
+    const cl_int ds_ints[4] = {(cl_int)p->heads, (cl_int)p->batch, (cl_int)p->nq, (cl_int)p->nk};
+    for (int i = 0; i < 4; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[3], a++, sizeof(cl_int), &ds_ints[i]));
+    if ((st = fcl_set_sequence_args(kernels[3], &a, p))) return st;
   }
 
   /* The pre-pass: one work-item per query row, in groups of up to 64. */
@@ -166,8 +190,8 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   if (pre_local > ctx->caps.max_work_group_size) pre_local = ctx->caps.max_work_group_size;
   if (pre_wg && pre_local > pre_wg) pre_local = pre_wg;
   if (pre_local < 1) pre_local = 1;
-  const size_t pre_global[3] = {((size_t)p->nq + pre_local - 1) / pre_local * pre_local, (size_t)p->heads,
-                                (size_t)p->batch};
+  const size_t pre_global[3] = {((size_t)pre_rows + pre_local - 1) / pre_local * pre_local, (size_t)p->heads,
+                                (size_t)pre_batch};
   const size_t pre_lsize[3] = {pre_local, 1, 1};
 
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];

@@ -8,6 +8,8 @@
 
 static const char *const tensor_names[4] = {"q", "k", "v", "o"};
 
+static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const char *what, size_t *size);
+
 /* Largest element index or byte count the library accepts: device addresses are 64-bit and kernels
    index with signed 64-bit arithmetic. */
 #define FCL_MAX_EXTENT ((uint64_t)1 << 62)
@@ -19,7 +21,7 @@ static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out) {
   return *out > FCL_MAX_EXTENT ? -1 : 0;
 }
 
-fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
+fcl_status fcl_padded_rows(const fcl_problem *p, size_t *rows) {
   uint64_t n;
   if (mul_add((uint64_t)p->batch, (uint64_t)p->heads, 0, &n) || mul_add(n, (uint64_t)p->nq, 0, &n) ||
       n > SIZE_MAX / sizeof(float))
@@ -27,6 +29,106 @@ fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
                     (long long)p->batch, (long long)p->heads, (long long)p->nq);
   *rows = (size_t)n;
   return FCL_SUCCESS;
+}
+
+fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
+  if (!p->cu_q) return fcl_padded_rows(p, rows);
+  uint64_t n;
+  if (mul_add((uint64_t)p->heads, (uint64_t)p->total_q, 0, &n) || n > SIZE_MAX / sizeof(float))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_heads * total_q (%lld * %lld) is too large",
+                    (long long)p->heads, (long long)p->total_q);
+  *rows = (size_t)n;
+  return FCL_SUCCESS;
+}
+
+int fcl_problem_sequences(const fcl_problem *p) { return p->cu_q || p->cu_k || p->seqlens_k || p->block_table; }
+
+/* The sequence layout of desc into p (after p's sizes): packed queries, packed or paged keys. The index
+   buffers' contents are the kernels' to distrust; their sizes are checked by fcl_check_sequences. */
+static fcl_status resolve_sequences(const fcl_attention_desc *desc, fcl_problem *p) {
+  p->cu_q = desc->cu_seqlens_q, p->cu_k = desc->cu_seqlens_k, p->seqlens_k = desc->seqlens_k;
+  p->block_table = desc->block_table;
+  const int64_t q_counts[3] = {p->batch, p->heads, p->nq}, kv_counts[3] = {p->batch, p->kv_heads, p->nk};
+  memcpy(p->q_counts, q_counts, sizeof q_counts);
+  memcpy(p->kv_counts, kv_counts, sizeof kv_counts);
+  /* Packed rows are indexed with int32 in the kernels (the index buffers are int32 too). */
+  if (p->cu_q) {
+    if (desc->total_q < 1 || desc->total_q > INT32_MAX)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->total_q is %lld; with cu_seqlens_q it must be in [1, 2^31)",
+                      (long long)desc->total_q);
+    p->total_q = desc->total_q;
+    p->q_counts[0] = 1, p->q_counts[2] = p->total_q;
+  } else if (desc->total_q) {
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->total_q is %lld but cu_seqlens_q is NULL", (long long)desc->total_q);
+  }
+  if (p->cu_k && p->block_table)
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "desc->cu_seqlens_k and desc->block_table are both set: paged keys take their lengths from "
+                    "seqlens_k");
+  if (p->cu_k) {
+    if (desc->total_k < 1 || desc->total_k > INT32_MAX)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->total_k is %lld; with cu_seqlens_k it must be in [1, 2^31)",
+                      (long long)desc->total_k);
+    p->total_k = desc->total_k;
+    p->kv_counts[0] = 1, p->kv_counts[2] = p->total_k;
+  } else if (desc->total_k) {
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->total_k is %lld but cu_seqlens_k is NULL", (long long)desc->total_k);
+  }
+  if (p->block_table) {
+    if (desc->block_size < 1 || desc->block_size > 1024)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->block_size is %lld; with a block table it must be in [1, 1024]",
+                      (long long)desc->block_size);
+    if (desc->num_blocks < 1 || desc->num_blocks > INT32_MAX)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->num_blocks is %lld; it must be in [1, 2^31)",
+                      (long long)desc->num_blocks);
+    if (desc->block_table_stride < 1 || desc->block_table_stride > INT32_MAX)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->block_table_stride is %lld; it must be in [1, 2^31)",
+                      (long long)desc->block_table_stride);
+    if (desc->block_table_stride < (p->nk + desc->block_size - 1) / desc->block_size)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                      "desc->seqlen_k (%lld) needs %lld blocks of %lld keys but a block table row holds %lld "
+                      "(block_table_stride)",
+                      (long long)p->nk, (long long)((p->nk + desc->block_size - 1) / desc->block_size),
+                      (long long)desc->block_size, (long long)desc->block_table_stride);
+    p->block_size = desc->block_size, p->num_blocks = desc->num_blocks, p->table_stride = desc->block_table_stride;
+    p->kv_counts[0] = p->num_blocks, p->kv_counts[2] = p->block_size;
+  } else if (desc->block_size || desc->num_blocks || desc->block_table_stride) {
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "desc->block_size, num_blocks or block_table_stride is set but block_table is NULL");
+  }
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_sequences(const fcl_context *ctx, const fcl_problem *p) {
+  const struct {
+    cl_mem buf;
+    int64_t count;
+    const char *what;
+  } idx[4] = {{p->cu_q, p->batch + 1, "desc->cu_seqlens_q"},
+              {p->cu_k, p->batch + 1, "desc->cu_seqlens_k"},
+              {p->seqlens_k, p->batch, "desc->seqlens_k"},
+              {p->block_table, 0, "desc->block_table"}};
+  for (int i = 0; i < 4; ++i) {
+    if (!idx[i].buf) continue;
+    uint64_t count = (uint64_t)idx[i].count;
+    if (i == 3 && mul_add((uint64_t)p->batch, (uint64_t)p->table_stride, 0, &count))
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "batch * block_table_stride is too large");
+    size_t size = 0;
+    fcl_status st = check_mem_context(ctx, idx[i].buf, idx[i].what, &size);
+    if (st) return st;
+    if (size / sizeof(cl_int) < count)
+      return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %llu int32 entries but holds %zu bytes",
+                      idx[i].what, (unsigned long long)count, size);
+  }
+  return FCL_SUCCESS;
+}
+
+void fcl_sequence_bytes(const fcl_problem *p, uint64_t out[4][2]) {
+  memset(out, 0, 4 * sizeof out[0]);
+  if (p->cu_q) out[0][1] = (uint64_t)(p->batch + 1) * sizeof(cl_int);
+  if (p->cu_k) out[1][1] = (uint64_t)(p->batch + 1) * sizeof(cl_int);
+  if (p->seqlens_k) out[2][1] = (uint64_t)p->batch * sizeof(cl_int);
+  if (p->block_table) out[3][1] = (uint64_t)p->batch * (uint64_t)p->table_stride * sizeof(cl_int);
 }
 
 /* The score modifiers of desc into p (after p's sizes): ranges checked here, buffers by fcl_check_modifiers. */
@@ -94,6 +196,16 @@ void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size) {
            : p->mask_dtype == FCL_DTYPE_F16      ? " -DMASK=2"
                                                  : " -DMASK=3",
            p->sinks ? " -DSINKS=1" : "");
+  const size_t n = strlen(out);
+  fcl_sequence_defines(p, out + n, size - n);
+}
+
+void fcl_sequence_defines(const fcl_problem *p, char *out, size_t size) {
+  if (!size) return;
+  out[0] = '\0';
+  if (fcl_problem_sequences(p))
+    snprintf(out, size, "%s -DKV=%d%s", p->cu_q ? " -DVARLEN_Q=1" : "", p->block_table ? 2 : p->cu_k ? 1 : 0,
+             p->seqlens_k ? " -DSEQLENS_K=1" : "");
 }
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
@@ -148,7 +260,7 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   p->scale = desc->scale != 0.0f ? desc->scale : (float)(1.0 / sqrt((double)desc->head_dim));
   p->causal = desc->causal;
   fcl_status st = resolve_modifiers(desc, p);
-  if (st) return st;
+  if (st || (st = resolve_sequences(desc, p))) return st;
 
   const int64_t *strides[4] = {desc->q_stride, desc->k_stride, desc->v_stride, desc->o_stride};
   int64_t *resolved[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
@@ -156,11 +268,20 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   int64_t *resolved_offsets[4] = {&p->q_offset, &p->k_offset, &p->v_offset, &p->o_offset};
   for (int t = 0; t < 4; ++t) {
     const int64_t heads = (t == 1 || t == 2) ? kv_heads : desc->num_heads;
-    const int64_t rows = t == 0 || t == 3 ? desc->seqlen_q : desc->seqlen_k;
+    const int64_t *counts = t == 0 || t == 3 ? p->q_counts : p->kv_counts;
+    const int64_t rows = counts[2];
     const int64_t *s = strides[t];
     if (offsets[t] < 0)
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_offset is %lld; it must not be negative", tensor_names[t], (long long)offsets[t]);
     *resolved_offsets[t] = offsets[t];
+    const int packed = t == 0 || t == 3 ? p->cu_q != NULL : p->cu_k != NULL;
+    if (packed && s[1] == 0 && s[2] == 0) { /* packed [total, heads, d] */
+      uint64_t row_elems;
+      if (mul_add((uint64_t)heads, (uint64_t)desc->head_dim, 0, &row_elems))
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too large", tensor_names[t]);
+      resolved[t][0] = 0, resolved[t][1] = desc->head_dim, resolved[t][2] = (int64_t)row_elems;
+      continue;
+    }
     if (s[0] == 0 && s[1] == 0 && s[2] == 0) {
       uint64_t head_elems, batch_elems;
       if (mul_add((uint64_t)rows, (uint64_t)desc->head_dim, 0, &head_elems) ||
@@ -199,10 +320,9 @@ static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const ch
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, const int64_t counts[3],
                             const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end) {
   /* Last element reached, in elements, with every step checked against overflow. */
-  const int64_t counts[3] = {p->batch, heads, rows};
   uint64_t last = (uint64_t)p->d - 1;
   if (mul_add(1, (uint64_t)offset, last, &last))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: offset %lld is beyond any buffer", what, (long long)offset);
@@ -219,13 +339,13 @@ fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t head
 }
 
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
-                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset) {
+                            const int64_t counts[3], const int64_t stride[3], int64_t offset) {
   if (!buf) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
   size_t size = 0;
   fcl_status st = check_mem_context(ctx, buf, what, &size);
   if (st) return st;
   uint64_t first, need;
-  if ((st = fcl_tensor_bytes(p, what, heads, rows, stride, offset, &first, &need))) return st;
+  if ((st = fcl_tensor_bytes(p, what, counts, stride, offset, &first, &need))) return st;
   if (need > size)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "%s is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes", what,
@@ -233,11 +353,11 @@ fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, const int64_t tensor_counts[3],
                                 const int64_t stride[3], const char *desc_field) {
   /* Sufficient test: ordered by stride, each dimension's stride clears the whole extent of the dimensions
      inside it (dimensions of count 1 ignored). fcl_check_tensor has bounded every product below 2^62. */
-  int64_t counts[3] = {p->batch, heads, rows};
+  int64_t counts[3] = {tensor_counts[0], tensor_counts[1], tensor_counts[2]};
   int64_t strides[3] = {stride[0], stride[1], stride[2]};
   for (int i = 0; i < 3; ++i)
     for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {

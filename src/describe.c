@@ -40,11 +40,13 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
 
 fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out) {
   memset(out, 0, sizeof *out);
+  fcl_status st = fcl_backward_supported(p);
+  if (st) return st;
   pthread_mutex_lock(&ctx->lock);
   fcl_tile_plan plans[2];
   cl_kernel kernels[4];
   size_t dsinks_wg = 0;
-  fcl_status st = fcl_select_backward(ctx, p, plans, kernels, &dsinks_wg);
+  st = fcl_select_backward(ctx, p, plans, kernels, &dsinks_wg);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];

@@ -9,8 +9,9 @@ static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
 
 static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
   snprintf(out, size,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s",
-           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt, mods);
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s%s",
+           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt,
+           t->direct ? " -DDIRECT_K=1 -DDIRECT_V=1" : "", mods);
 }
 
 fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
@@ -52,7 +53,7 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
     snprintf(why, why_size, "the tensor-core kernel for this head_dim and dtype failed to build earlier");
     return -1;
   }
-  char defines[320], mods[96];
+  char defines[384], mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d -DPACK=%d -DSPLIT=%d%s",
@@ -78,7 +79,7 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
 /* The split-KV build of the portable kernel for plan, or splits back to 1 when it admits fewer work-items. */
 static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const char *mods, fcl_tile_plan *plan,
                                cl_kernel *kernel) {
-  char split_mods[128];
+  char split_mods[192];
   snprintf(split_mods, sizeof split_mods, "%s -DSPLIT=1", mods);
   cl_kernel k;
   size_t wg = 0;
@@ -101,10 +102,18 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   } else {
     snprintf(why, sizeof why, "%s", nv.reason);
   }
-  char mods[96];
+  char mods[176];
   fcl_modifier_defines(p, mods, sizeof mods);
-  fcl_status st = fcl_portable_forward(ctx, &ctx->caps, (int)p->d, p->dtype, mods, p->nq, 1, plan, kernel);
+  const int pack = fcl_forward_packs(p);
+  if (pack) strcat(mods, " -DPACK=1");
+  /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
+     the tiles in what remains (2 KiB covers the largest tile), and not with a tuned shape, timed without. */
+  fcl_device_caps caps = ctx->caps;
+  if (p->block_table) caps.local_mem_size = caps.local_mem_size > 4096 ? caps.local_mem_size - 2048 : caps.local_mem_size / 2;
+  fcl_status st = fcl_portable_forward(ctx, &caps, (int)p->d, p->dtype, mods, pack ? p->nq * p->group : p->nq,
+                                       !p->block_table, plan, kernel);
   if (st) return st;
+  plan->pack = pack;
   /* Say why the vendor kernel was not taken where one exists for the platform. */
   if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
     snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
@@ -118,7 +127,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
 /* Bytes of float32 partials (O and lse) of a split-KV call; 0 on overflow. */
 static size_t split_bytes(const fcl_problem *p, int splits) {
   size_t rows = 0;
-  if (fcl_row_count(p, &rows) != FCL_SUCCESS) return 0;
+  if (fcl_padded_rows(p, &rows) != FCL_SUCCESS) return 0;
   const double bytes = (double)splits * (double)rows * (double)(p->d + 1) * sizeof(float);
   return bytes > (double)(SIZE_MAX / 2) ? 0 : (size_t)bytes;
 }
@@ -160,7 +169,7 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
                                 cl_kernel kernel, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
                                 cl_uint num_wait, const cl_event *wait, cl_event *event) {
   size_t rows = 0;
-  fcl_status st = fcl_row_count(p, &rows);
+  fcl_status st = fcl_padded_rows(p, &rows);
   if (st) return st;
   const size_t bytes = split_bytes(p, t->splits);
   if (!bytes) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "split-KV partials of %d chunks are too large", t->splits);

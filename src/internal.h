@@ -93,10 +93,13 @@ typedef struct fcl_tile_plan {
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
-  int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
+  int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in common.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
-  int pack;         /* nvidia_mma forward: GQA packing, a work-group's rows are (query row, head) pairs of one
-                       kv head's group (PACK in flash_fwd_mma.cl) */
+  int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles
+                       (DIRECT_K, DIRECT_V in flash_fwd.cl: few rows on a CPU) */
+  int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
+                       group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
+                       rule for the tensor-core kernel) */
   size_t local_bytes;
   char reason[192];
 } fcl_tile_plan;
@@ -126,6 +129,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, co
    heads (the kv heads when t packs a GQA group into each work-group, else the query heads). */
 int64_t fcl_forward_row_blocks(const struct fcl_problem *p, const fcl_tile_plan *t);
 int64_t fcl_forward_grid_heads(const struct fcl_problem *p, const fcl_tile_plan *t);
+/* 1 when the portable forward packs p's GQA groups: few query rows (decode, speculative) sharing kv heads. */
+int fcl_forward_packs(const struct fcl_problem *p);
 
 /* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
 
@@ -348,38 +353,62 @@ typedef struct fcl_problem {
   fcl_dtype mask_dtype;
   int64_t mask_stride[3], mask_offset;
   cl_mem sinks, d_sinks; /* NULL: off */
+  /* Sequences (NULL: dense). With cu_q, nq is the longest sequence's query rows and q, o are packed
+     [total_q, heads, d]; with cu_k likewise for k, v; with block_table, k and v are pools of num_blocks
+     blocks of block_size rows. */
+  cl_mem cu_q, cu_k, seqlens_k, block_table;
+  int64_t total_q, total_k, table_stride, block_size, num_blocks;
+  /* What the strides of q and o (q_counts) and of k and v (kv_counts) step over: (batch, heads, rows)
+     dense, (1, heads, total) packed, (num_blocks, kv_heads, block_size) paged. */
+  int64_t q_counts[3], kv_counts[3];
 } fcl_problem;
+
+/* 1 when p has packed or paged sequences (cu_q, cu_k, seqlens_k or block_table). */
+int fcl_problem_sequences(const fcl_problem *p);
 
 /* 1 when some key is hidden from some row by the window (a causal mask included). */
 int fcl_problem_windowed(const fcl_problem *p);
 /* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a
    leading space. */
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size);
+/* The -D defines of p's sequence layout alone (VARLEN_Q, KV, SEQLENS_K; common.cl), with a leading space; ""
+   for dense tensors. fcl_modifier_defines ends with them. */
+void fcl_sequence_defines(const fcl_problem *p, char *out, size_t size);
+/* Sets the sequence arguments (FCL_SEQ_ARGS in common.cl) from index a on; *a is advanced past them. */
+fcl_status fcl_set_sequence_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 /* Sets the modifier arguments every attention kernel takes (FCL_MOD_ARGS in common.cl) from index a on;
    *a is advanced past them. */
 fcl_status fcl_set_modifier_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p);
 
 fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p);
-/* The bytes [*first, *end) of a buffer that a [batch, heads, rows, d] tensor with these strides and offset
-   can reach (no I/O; every product checked against overflow). what names the tensor in messages. */
-fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, int64_t heads, int64_t rows,
+/* The bytes [*first, *end) of a buffer that a tensor of counts[0] x counts[1] x counts[2] rows of d elements
+   (p->q_counts or p->kv_counts) with these strides and offset can reach (no I/O; every product checked
+   against overflow). what names the tensor in messages. */
+fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, const int64_t counts[3],
                             const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end);
-/* Checks that buf belongs to ctx's cl_context and holds every element of a [batch, heads, rows, d]
-   tensor with the given strides and offset. what names the argument in messages. */
+/* Checks that buf belongs to ctx's cl_context and holds every element of such a tensor. what names the
+   argument in messages. */
 fcl_status fcl_check_tensor(const fcl_context *ctx, cl_mem buf, const char *what, const fcl_problem *p,
-                            int64_t heads, int64_t rows, const int64_t stride[3], int64_t offset);
+                            const int64_t counts[3], const int64_t stride[3], int64_t offset);
 /* Checks that an output's elements do not overlap each other (work-items write them concurrently). what
    names the output in messages, desc_field the descriptor field whose strides it uses. Call after
    fcl_check_tensor. */
-fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, int64_t heads, int64_t rows,
+fcl_status fcl_check_no_overlap(const char *what, const fcl_problem *p, const int64_t counts[3],
                                 const int64_t stride[3], const char *desc_field);
 /* The bytes [first, end) of the modifiers' buffers that p can reach, for fcl_check_aliasing: ALiBi slopes,
    mask, sinks ({0, 0} for one that is off). Call after fcl_check_modifiers. */
 void fcl_modifier_bytes(const fcl_problem *p, uint64_t alibi[2], uint64_t mask[2], uint64_t sinks[2]);
+/* Checks the sequence index buffers (cu_q, cu_k, seqlens_k, block_table): context and size for p. */
+fcl_status fcl_check_sequences(const fcl_context *ctx, const fcl_problem *p);
+/* The bytes [0, end) of the index buffers cu_q, cu_k, seqlens_k and block_table that p reads, for
+   fcl_check_aliasing (0, 0 for a buffer not set). */
+void fcl_sequence_bytes(const fcl_problem *p, uint64_t out[4][2]);
 /* Checks the modifiers' buffers (ALiBi slopes, mask, sinks): context and size for p. */
 fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p);
-/* batch * heads * seqlen_q (lse elements), checked against overflow. */
+/* The lse elements: batch * heads * seqlen_q, or heads * total_q with cu_q; checked against overflow. */
 fcl_status fcl_row_count(const fcl_problem *p, size_t *rows);
+/* batch * heads * seqlen_q, the rows of a launch's grid (and of split-KV's partials), checked likewise. */
+fcl_status fcl_padded_rows(const fcl_problem *p, size_t *rows);
 /* Checks a contiguous float32 buffer of `count` elements (lse, workspaces). */
 fcl_status fcl_check_float_buffer(const fcl_context *ctx, cl_mem buf, const char *what, size_t count);
 fcl_status fcl_check_queue(const fcl_context *ctx, cl_command_queue queue);
@@ -485,6 +514,8 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
    block_k the dK/dV kernel's key rows per work-group, the larger work-group and local memory of the two,
    work_groups both launches together. Takes ctx->lock itself. */
 fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_plan_info *out);
+/* backward.c: FCL_SUCCESS when the backward takes p's layout (not paged K/V), else FCL_ERROR_UNSUPPORTED. */
+fcl_status fcl_backward_supported(const fcl_problem *p);
 
 /* ---- loop_bounds.c: loop iterations of one launch against the device's loop budget ---- */
 
@@ -497,8 +528,13 @@ uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 /* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row. */
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
-/* The backward's d_sinks kernel over `rows` (batch * seqlen_q) rows with wg work-items. */
-uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg);
+/* The backward's d_sinks kernel over batch sequences of at most nq query rows each, with wg work-items. */
+uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg);
+/* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
+uint64_t fcl_gather_clean_loop_iterations(int64_t d);
+uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);
+/* The most keys one launch of the fixup may cover within budget: 0 when budget is 0 (no limit), -1 when none. */
+int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
    loop iterations per work-item: 0 when budget is 0 (no limit), -1 when not even one tile fits. What a split of
    the key range into bounded launches (split-KV) needs: a launch over at most that many tiles stays exact. */
@@ -516,6 +552,9 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
                                       size_t dsinks_wg /* 0: no d_sinks launch */);
 fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
 fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
+/* The same for the reference path's non-finite V kernels; *keys receives the keys each fixup launch covers (nk,
+   or fewer under a budget: the fixup then runs as several launches over consecutive key ranges). */
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys);
 
 /* ---- reference.c ---- */
 
@@ -523,5 +562,13 @@ fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts,
    matrix and float32 copies, per chunk of (batch, head) pairs), in bytes; 0 when desc is invalid, the
    score matrix of one head does not fit, or the library was built without CLBlast. */
 size_t fcl_reference_scratch_bytes(fcl_context *ctx, const fcl_attention_desc *desc);
+
+/* ---- kv_append.c: the paged KV cache append ---- */
+
+/* 1 when two pools of one geometry [num_blocks, heads, block_size, head_dim] with the same strides (block, head, row;
+   each pool free of self-overlap, as fcl_check_no_overlap checks) whose first elements are delta elements apart
+   share no element; 0 when they share one, or when the strides are not nested so (conservative). */
+int fcl_kv_pools_disjoint(int64_t num_blocks, int64_t heads, int64_t block_size, int64_t head_dim,
+                          const int64_t stride[3], int64_t delta);
 
 #endif /* FLASHCL_INTERNAL_H */

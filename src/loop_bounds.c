@@ -97,8 +97,10 @@ static uint64_t halvings(size_t wg) {
   return n;
 }
 
-uint64_t fcl_dsinks_loop_iterations(int64_t rows, size_t wg) {
-  return ceil_div((uint64_t)(rows > 0 ? rows : 0), wg ? wg : 1) + halvings(wg);
+uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
+  /* One pass per sequence, and a work-item's share of its rows (at most nq, whatever cu_q holds). */
+  const uint64_t b = (uint64_t)(batch > 0 ? batch : 0);
+  return nest(b, ceil_div((uint64_t)(nq > 0 ? nq : 0), wg ? wg : 1)) + halvings(wg);
 }
 
 /* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
@@ -113,6 +115,19 @@ uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg) {
   const uint64_t per_item = ceil_div((uint64_t)(nk > 0 ? nk : 0), wg ? wg : 1);
   return per_item /* online max and sum */ + halvings(wg) /* reduction */ + per_item /* write P */;
+}
+
+/* ---- the reference path's exclusion of hidden non-finite V (cl/softmax.cl): fcl_gather_clean_rows reads a
+   row's d elements on one work-item; fcl_nonfinite_fixup makes a pass over d for each key of its range ---- */
+
+uint64_t fcl_gather_clean_loop_iterations(int64_t d) { return (uint64_t)(d > 0 ? d : 0); }
+
+uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d) {
+  return nest((uint64_t)(keys > 0 ? keys : 0), (uint64_t)(d > 0 ? d : 0));
+}
+
+int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
+  return max_tiles(0, fcl_nonfinite_fixup_loop_iterations(1, d), budget);
 }
 
 /* ---- refusals, with the numbers ---- */
@@ -176,8 +191,8 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
   if ((uint64_t)p->d > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "head_dim %lld exceeds the loop budget of %s (%llu iterations; %s)",
                     (long long)p->d, caps->device_name, caps->loop_budget, caps->quirk_detail);
-  /* d_sinks: a work-item's share of batch * seqlen_q rows, then the reduction. */
-  const uint64_t ds = dsinks_wg ? fcl_dsinks_loop_iterations(p->batch * p->nq, dsinks_wg) : 0;
+  /* d_sinks: a work-item's share of each sequence's rows, then the reduction. */
+  const uint64_t ds = dsinks_wg ? fcl_dsinks_loop_iterations(p->batch, p->nq, dsinks_wg) : 0;
   if (ds > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED,
                     "the backward's d_sinks kernel runs up to %llu loop iterations per work-item over %lld rows, but "
@@ -196,6 +211,19 @@ fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, si
                   "(%zu work-items a row), but %s allows %llu per work-item and launch (%s; beyond it the driver "
                   "silently ends every loop): refused rather than computed wrong",
                   (long long)nk, (unsigned long long)n, wg, caps->device_name, caps->loop_budget, caps->quirk_detail);
+}
+
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys) {
+  const int64_t most = fcl_nonfinite_fixup_max_keys(d, caps->loop_budget);
+  if (most < 0 || (caps->loop_budget && fcl_gather_clean_loop_iterations(d) > caps->loop_budget))
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "the reference path's exclusion of non-finite V values runs up to %llu loop iterations per "
+                    "work-item for one key of head_dim %lld, but %s allows %llu per work-item and launch (%s; beyond "
+                    "it the driver silently ends every loop): refused rather than computed wrong",
+                    (unsigned long long)fcl_nonfinite_fixup_loop_iterations(1, d), (long long)d, caps->device_name,
+                    caps->loop_budget, caps->quirk_detail);
+  *keys = most == 0 || most > nk ? nk : most;
+  return FCL_SUCCESS;
 }
 
 fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg) {

@@ -11,8 +11,8 @@ static const char *const combine_files[] = {"common.cl", "combine.cl"};
 static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int part_in_dtype, cl_kernel *kernel,
                                  size_t *wg_out) {
   char defines[128];
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d%s", (int)p->dtype, part_in_dtype, (int)p->d,
-           p->sinks ? " -DSINKS=1" : "");
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d%s%s", (int)p->dtype, part_in_dtype, (int)p->d,
+           p->sinks ? " -DSINKS=1" : "", p->cu_q ? " -DVARLEN_Q=1" : "");
   return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 64, kernel, wg_out);
 }
 
@@ -42,6 +42,9 @@ fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, con
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &heads));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &nq));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), p->sinks ? &p->sinks : NULL));
+  const cl_int total_q = (cl_int)p->total_q;
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), p->cu_q ? &p->cu_q : NULL));
+  FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &total_q));
   const size_t rows = (size_t)(p->batch * p->heads * p->nq), global = rows * wg;
   FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &wg, num_wait, wait, event));
   return FCL_SUCCESS;
@@ -57,6 +60,10 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
   if ((st = fcl_resolve_problem(desc, &p)) || (st = fcl_check_queue(ctx, queue)) ||
       (st = fcl_check_wait_list(ctx, num_wait, wait)) || (st = fcl_row_count(&p, &rows)))
     return st;
+  if (fcl_problem_sequences(&p))
+    return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                    "fcl_attention_merge takes dense queries only (desc->cu_seqlens_q, cu_seqlens_k, seqlens_k or "
+                    "block_table is set)");
   if (num_parts < 1 || num_parts > INT32_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts is %u; it must be at least 1", num_parts);
   if (parts_stride < 0)
@@ -65,19 +72,19 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
   const int64_t last_offset = p.o_offset + (int64_t)(num_parts - 1) * parts_stride;
   if (parts_stride && (last_offset - p.o_offset) / parts_stride != (int64_t)(num_parts - 1))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts * parts_stride overflows");
-  if ((st = fcl_check_tensor(ctx, o_parts, "o_parts", &p, p.heads, p.nq, p.o_stride, last_offset)) ||
+  if ((st = fcl_check_tensor(ctx, o_parts, "o_parts", &p, p.q_counts, p.o_stride, last_offset)) ||
       (rows > SIZE_MAX / num_parts &&
        (st = fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts * batch * num_heads * seqlen_q is too large"))) ||
       (st = fcl_check_float_buffer(ctx, lse_parts, "lse_parts", rows * num_parts)) ||
-      (st = fcl_check_tensor(ctx, o, "o", &p, p.heads, p.nq, p.o_stride, p.o_offset)) ||
-      (st = fcl_check_no_overlap("o", &p, p.heads, p.nq, p.o_stride, "o")) ||
+      (st = fcl_check_tensor(ctx, o, "o", &p, p.q_counts, p.o_stride, p.o_offset)) ||
+      (st = fcl_check_no_overlap("o", &p, p.q_counts, p.o_stride, "o")) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, &p)))
     return st;
   /* The outputs must not share memory with the parts, the sinks or each other. */
   uint64_t po[2], r[2], m[3][2];
-  if ((st = fcl_tensor_bytes(&p, "o_parts", p.heads, p.nq, p.o_stride, p.o_offset, &po[0], &r[1])) ||
-      (st = fcl_tensor_bytes(&p, "o_parts", p.heads, p.nq, p.o_stride, last_offset, &r[0], &po[1])) ||
-      (st = fcl_tensor_bytes(&p, "o", p.heads, p.nq, p.o_stride, p.o_offset, &r[0], &r[1])))
+  if ((st = fcl_tensor_bytes(&p, "o_parts", p.q_counts, p.o_stride, p.o_offset, &po[0], &r[1])) ||
+      (st = fcl_tensor_bytes(&p, "o_parts", p.q_counts, p.o_stride, last_offset, &r[0], &po[1])) ||
+      (st = fcl_tensor_bytes(&p, "o", p.q_counts, p.o_stride, p.o_offset, &r[0], &r[1])))
     return st;
   fcl_modifier_bytes(&p, m[0], m[1], m[2]);
   const fcl_buffer_use uses[] = {{o_parts, po[0], po[1], 0, "o_parts"},

@@ -123,6 +123,10 @@ int64_t fcl_forward_row_blocks(const fcl_problem *p, const fcl_tile_plan *t) {
 
 int64_t fcl_forward_grid_heads(const fcl_problem *p, const fcl_tile_plan *t) { return t->pack ? p->kv_heads : p->heads; }
 
+/* Packed tiles of up to 64 rows: decode and speculative decoding, where a head's few rows would leave most of
+   a tile empty and every head of a group would read the same keys again. */
+int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->group <= 64; }
+
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4
@@ -168,8 +172,11 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
         if (tr * rm < rows || (whole && (size_t)(tr * rule.tc) % multiple) ||
             fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, rule.tc, rm, rule.rn, 1, rule.kt, &p) != 0)
           continue;
-        snprintf(p.reason, sizeof p.reason, "%lld query rows: %dx%d work-items, each %d rows x %d keys, %d output columns",
-                 (long long)rows, tr, rule.tc, rm, rule.rn, p.dn);
+        /* On a CPU a block of so few rows reuses a K or V element too little to pay for staging it in local
+           memory: the kernel reads both from global memory (docs/benchmarks.md: 2.1x on PoCL at one row). */
+        p.direct = caps->is_cpu;
+        snprintf(p.reason, sizeof p.reason, "%lld query rows: %dx%d work-items, each %d rows x %d keys, %d output columns%s",
+                 (long long)rows, tr, rule.tc, rm, rule.rn, p.dn, p.direct ? ", K and V read from global memory" : "");
         *out = p;
         return 0;
       }

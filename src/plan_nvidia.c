@@ -17,8 +17,7 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p) {
 
 /* Every row of the tensor starts on a 16-byte boundary (8 elements of 2 bytes), as cp.async and the
    vector O store need. A stride along a dimension of extent 1 is never used, so it does not count. */
-static int rows_aligned(const int64_t stride[3], int64_t offset, int64_t batch, int64_t heads, int64_t rows) {
-  const int64_t extent[3] = {batch, heads, rows};
+static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t extent[3]) {
   if (offset % 8) return 0;
   for (int i = 0; i < 3; ++i)
     if (extent[i] > 1 && stride[i] % 8) return 0;
@@ -40,15 +39,14 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
     DECLINE("tensor-core kernel: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
   if (p->dtype != FCL_DTYPE_F16 && p->dtype != FCL_DTYPE_BF16) DECLINE("tensor-core kernel: f16 and bf16 only");
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
+  if (fcl_problem_sequences(p)) DECLINE("tensor-core kernel: packed or paged sequences are not supported yet");
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core kernel: scale must be positive and finite");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core kernel: sequence too long");
   /* The kernel forms offsets within a tile (at most 256 rows) in 32 bits. */
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core kernel: row stride above 2^22 elements");
-  if (!rows_aligned(p->q_stride, p->q_offset, p->batch, p->heads, p->nq) ||
-      !rows_aligned(p->k_stride, p->k_offset, p->batch, p->kv_heads, p->nk) ||
-      !rows_aligned(p->v_stride, p->v_offset, p->batch, p->kv_heads, p->nk) ||
-      !rows_aligned(p->o_stride, p->o_offset, p->batch, p->heads, p->nq))
+  if (!rows_aligned(p->q_stride, p->q_offset, p->q_counts) || !rows_aligned(p->k_stride, p->k_offset, p->kv_counts) ||
+      !rows_aligned(p->v_stride, p->v_offset, p->kv_counts) || !rows_aligned(p->o_stride, p->o_offset, p->q_counts))
     DECLINE("tensor-core kernel: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
   fcl_tile_plan t = *out;

@@ -3,21 +3,37 @@
  *
  *   S = Q K^T                 CLBlastSgemmStridedBatched, one batch entry per (batch, head) pair
  *   P = softmax(scale * S)    fcl_softmax_rows (cl/softmax.cl): window, score modifiers, sinks, lse; P over S
- *   O = P V                   CLBlastSgemmStridedBatched
+ *   O = P V                   CLBlastSgemmStridedBatched, on V's copy with non-finite elements as 0
+ *   fixup                     fcl_nonfinite_fixup: the rows that see a non-finite V value get its terms
+ *
+ * Hidden keys are excluded, not weighted by zero (0 times NaN is NaN): V always goes through a float32 copy
+ * whose non-finite elements are 0 and whose key rows that held any are marked (fcl_gather_clean_rows); the
+ * softmax flags the query rows that give a marked key P != 0, and only those get the missing terms added
+ * from the original V, in launches of at most fcl_nonfinite_within_budget's keys each (cl/softmax.cl).
+ *
+ * Packed and paged sequences (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table) run the same steps on the
+ * padded dense layout [batch, heads, seqlen_q or seqlen_k, d], seqlen_q and seqlen_k being the longest
+ * sequence's: the gathers read each sequence through common.cl's sequence layer (fcl_seq), with rows past its
+ * own lengths 0 and a block outside the pool NaN; the softmax takes each sequence's own lengths and its bad
+ * flag; O and lse go back to the sequences' own rows only. A packed or paged tensor is never plain (below), so
+ * the gathered tensors are the float32 copies of the chunk, counted like any other copy.
  *
  * Device memory this allocates per call (released before returning; see below), for a chunk of C
- * (batch, head) pairs, all float32:
+ * (batch, head) pairs, all float32 unless noted:
  *   S             C * seqlen_q * seqlen_k           always
+ *   V copy        C * seqlen_k * head_dim           always
+ *   marks, hits   C * (seqlen_k + seqlen_q) bytes   always: the marked key rows, the flagged query rows
+ *   pair flags    batch * num_heads * 4 bytes       always: the pairs with a marked key row
  *   Q, O copies   C * seqlen_q * head_dim each      when that tensor is not "plain" (see below)
- *   K, V copies   C * seqlen_k * head_dim each      when that tensor is not "plain"
- *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied to the caller's
- *                                                   buffer as the last step, so a CLBlast failure part-way
- *                                                   leaves it untouched
- * A tensor is plain when it is float32, its rows are at least head_dim apart, all of it lies below element
- * 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the order the GEMM batches walk
- * them (so CLBlast can address it directly with one batch stride). f16 and bf16 tensors, GQA's shared K/V
- * heads and other layouts are converted into contiguous float32 copies by fcl_gather_rows (O back by
- * fcl_scatter_rows), so every dtype is computed in float32. CLBlast's half-precision GEMM is not used: it
+ *   K copy        C * seqlen_k * head_dim           when K is not "plain"
+ *   lse           batch * num_heads * seqlen_q      when lse is requested: it is copied (packed queries:
+ *                                                   scattered) to the caller's buffer as the last step, so
+ *                                                   a CLBlast failure part-way leaves it untouched
+ * A tensor is plain when it is dense (not packed or paged), float32, its rows are at least head_dim apart,
+ * all of it lies below element 2^31 of its buffer, and its (batch, head) blocks are equally spaced in the
+ * order the GEMM batches walk them (so CLBlast can address it directly with one batch stride); V is never used in place (above). f16 and
+ * bf16 tensors, GQA's shared K/V heads and other layouts are converted into contiguous float32 copies by
+ * fcl_gather_rows (O back by fcl_scatter_rows), so every dtype is computed in float32. CLBlast's half-precision GEMM is not used: it
  * accumulates in half, which would make the reference less accurate than the kernel it checks.
  *
  * C is all batch * num_heads pairs when that fits, else the largest count whose every buffer stays within
@@ -61,6 +77,8 @@ typedef struct ref_plan {
   int plain[4];   /* REF_*: used in place by CLBlast */
   int64_t step[4];/* plain tensors: elements between consecutive (batch, head) pairs */
   size_t s_bytes, copy_bytes[4], total_bytes; /* per chunk (total_bytes: and lse_bytes) */
+  size_t marks_bytes, hits_bytes; /* per chunk: a byte per key row of V, per query row */
+  size_t pairs_bytes;             /* a cl_int per pair of the call */
   size_t lse_bytes; /* lse of every pair, computed into scratch first */
 } ref_plan;
 
@@ -70,6 +88,8 @@ static int plain_step(const fcl_problem *p, int t, int64_t *step) {
   const int64_t group = (t == REF_K || t == REF_V) ? p->group : 1;
   const int64_t rows = (t == REF_Q || t == REF_O) ? p->nq : p->nk;
   if (p->dtype != FCL_DTYPE_F32) return 0;
+  /* Packed or paged rows are gathered into the padded dense layout (fcl_gather_rows). */
+  if ((t == REF_Q || t == REF_O) ? p->cu_q != NULL : (p->cu_k || p->block_table)) return 0;
   if (s[2] < p->d && rows > 1) return 0;
   /* CLBlast's kernels index with 32-bit ints: every element used in place must be below 2^31. */
   const int64_t off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : t == REF_V ? p->v_offset : p->o_offset;
@@ -98,6 +118,7 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   memset(rp, 0, sizeof *rp);
   rp->pairs = p->batch * p->heads;
   for (int t = 0; t < 4; ++t) rp->plain[t] = plain_step(p, t, &rp->step[t]);
+  rp->plain[REF_V] = 0; /* the GEMM reads V's cleaned copy (fcl_gather_clean_rows) */
   const uint64_t per_s = (uint64_t)p->nq * (uint64_t)p->nk * sizeof(float);
   const uint64_t per_copy[4] = {(uint64_t)p->nq * (uint64_t)p->d * sizeof(float), (uint64_t)p->nk * (uint64_t)p->d * sizeof(float),
                                 (uint64_t)p->nk * (uint64_t)p->d * sizeof(float), (uint64_t)p->nq * (uint64_t)p->d * sizeof(float)};
@@ -114,7 +135,8 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
                     "reference path: one head's %lld x %lld score matrix has more elements than CLBlast's 32-bit "
                     "indices reach (2^31 - 1, counting its padding)",
                     (long long)p->nq, (long long)p->nk);
-  uint64_t per_pair = per_s;
+  const uint64_t per_marks = (uint64_t)p->nk, per_hits = (uint64_t)p->nq;
+  uint64_t per_pair = per_s + per_marks + per_hits;
   int64_t chunk = rp->pairs;
   if ((uint64_t)chunk > max_alloc / per_s) chunk = (int64_t)(max_alloc / per_s);
   if ((uint64_t)chunk > REF_INDEX_LIMIT / idx_s) chunk = (int64_t)(REF_INDEX_LIMIT / idx_s);
@@ -138,7 +160,10 @@ static fcl_status make_plan(const fcl_context *ctx, const fcl_problem *p, ref_pl
   rp->chunk = chunk;
   rp->s_bytes = (size_t)((uint64_t)chunk * per_s);
   rp->lse_bytes = (size_t)((uint64_t)rp->pairs * (uint64_t)p->nq * sizeof(float));
-  rp->total_bytes = rp->s_bytes + rp->lse_bytes;
+  rp->marks_bytes = (size_t)((uint64_t)chunk * per_marks);
+  rp->hits_bytes = (size_t)((uint64_t)chunk * per_hits);
+  rp->pairs_bytes = (size_t)((uint64_t)rp->pairs * sizeof(cl_int));
+  rp->total_bytes = rp->s_bytes + rp->lse_bytes + rp->marks_bytes + rp->hits_bytes + rp->pairs_bytes;
   for (int t = 0; t < 4; ++t) {
     rp->copy_bytes[t] = rp->plain[t] ? 0 : (size_t)((uint64_t)chunk * per_copy[t]);
     rp->total_bytes += rp->copy_bytes[t];
@@ -157,7 +182,7 @@ static const char *const ref_files[] = {"common.cl", "softmax.cl"};
 
 /* Work-group size of the softmax kernel: a power of two up to 256 that the device and kernel admit. */
 static fcl_status softmax_kernel(fcl_context *ctx, const char *mods, cl_kernel *kernel, size_t *wg_out) {
-  char defines[160];
+  char defines[192];
   snprintf(defines, sizeof defines, "-DDTYPE=0%s", mods);
   return fcl_get_kernel_wg(ctx, ref_files, 2, "fcl_softmax_rows", defines, 256, kernel, wg_out);
 }
@@ -191,9 +216,12 @@ typedef struct ref_run {
   const fcl_problem *p;
   const ref_plan *rp;
   int out_of_order;
-  cl_kernel softmax, gather, scatter;
+  cl_kernel softmax, gather, gather_clean, fixup, scatter, scatter_lse;
   size_t softmax_wg;
+  int64_t fixup_keys; /* keys per fixup launch (the loop budget) */
   cl_mem scratch_s, copy[4];
+  cl_mem marks, hits; /* V's key rows with a non-finite element; query rows that give one of them P != 0 */
+  cl_mem marked_pairs; /* pairs of the call with a marked key row (cl_int each, created 0, only ever set) */
   cl_mem lse_tmp; /* lse is computed here and copied to the caller's buffer once everything else is enqueued */
   fcl_chain chain; /* every command's event, kept until the last completes */
 } ref_run;
@@ -220,10 +248,14 @@ typedef struct kernel_arg {
 } kernel_arg;
 #define ARG(x) ((kernel_arg){sizeof(x), &(x)})
 
-/* Sets the arguments of a shared kernel (then the modifiers' when mods) and enqueues it, under the context
-   lock; every call checked. */
+/* What a kernel takes after its own arguments: the modifiers' (FCL_MOD_ARGS), then the sequences'
+   (FCL_SEQ_ARGS); every kernel of cl/softmax.cl takes the latter. */
+enum { REF_MODS = 1, REF_SEQS = 2 };
+
+/* Sets the arguments of a shared kernel (then those `extra` names, from r->p) and enqueues it, under the
+   context lock; every call checked. */
 static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel_arg *args, cl_uint nargs,
-                         const fcl_problem *mods, size_t global, const size_t *local) {
+                         unsigned extra, size_t global, const size_t *local) {
   cl_uint nw;
   const cl_event *w;
   cl_event *ev;
@@ -233,11 +265,12 @@ static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel
   const char *call = "clSetKernelArg";
   pthread_mutex_lock(&r->ctx->lock);
   for (cl_uint a = 0; a < nargs && err == CL_SUCCESS; ++a) err = clSetKernelArg(k, a, args[a].size, args[a].value);
-  if (err == CL_SUCCESS && mods) {
+  if (err == CL_SUCCESS && extra) {
     cl_uint a = nargs;
-    if (fcl_set_modifier_args(k, &a, mods)) {
+    if (((extra & REF_MODS) && fcl_set_modifier_args(k, &a, r->p)) ||
+        ((extra & REF_SEQS) && fcl_set_sequence_args(k, &a, r->p))) {
       pthread_mutex_unlock(&r->ctx->lock);
-      return FCL_ERROR_OPENCL; /* fcl_set_modifier_args named the failing call */
+      return FCL_ERROR_OPENCL; /* the setter named the failing call */
     }
   }
   if (err == CL_SUCCESS) {
@@ -269,29 +302,37 @@ static fcl_status gemm_step(ref_run *r, const char *what, CLBlastTranspose tb, s
   return cs == CLBlastSuccess ? FCL_SUCCESS : clblast_failure(what, cs);
 }
 
+/* Copies the chunk's blocks of q, k or v into float32 scratch; v's copy is cleaned and its rows marked. */
 static fcl_status enqueue_gather(ref_run *r, int t, cl_mem src, int64_t first, int64_t count) {
   const fcl_problem *p = r->p;
   const int64_t *s = t == REF_Q ? p->q_stride : t == REF_K ? p->k_stride : p->v_stride;
   const cl_long off = t == REF_Q ? p->q_offset : t == REF_K ? p->k_offset : p->v_offset;
   const cl_long sb = s[0], sh = s[1], sn = s[2], first_l = first;
-  const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group;
-  const cl_int rows = (cl_int)(t == REF_Q ? p->nq : p->nk), d = (cl_int)p->d;
-  const cl_long total = (cl_long)count * rows * d;
-  const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh),   ARG(sn), ARG(r->copy[t]),
-                             ARG(first_l), ARG(heads), ARG(group), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], NULL, round_up((size_t)total, 64),
-                NULL);
+  const cl_int heads = (cl_int)p->heads, group = t == REF_Q ? 1 : (cl_int)p->group, keys = t != REF_Q;
+  const cl_int nq = (cl_int)p->nq, nk = (cl_int)p->nk, d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * (keys ? nk : nq) * d;
+  const size_t global = round_up((size_t)total, 64);
+  if (t == REF_V) {
+    const kernel_arg args[] = {ARG(src),        ARG(off),   ARG(sb),       ARG(sh),  ARG(sn),
+                               ARG(r->copy[t]), ARG(r->marks), ARG(r->marked_pairs), ARG(first_l),
+                               ARG(heads),      ARG(group), ARG(nq),       ARG(nk),  ARG(d), ARG(total)};
+    return launch(r, r->gather_clean, "fcl_gather_clean_rows", args, sizeof args / sizeof args[0], REF_SEQS, global,
+                  NULL);
+  }
+  const kernel_arg args[] = {ARG(src),     ARG(off),   ARG(sb),    ARG(sh), ARG(sn), ARG(r->copy[t]), ARG(first_l),
+                             ARG(heads),   ARG(group), ARG(nq),    ARG(nk), ARG(keys), ARG(d),        ARG(total)};
+  return launch(r, r->gather, "fcl_gather_rows", args, sizeof args / sizeof args[0], REF_SEQS, global, NULL);
 }
 
 static fcl_status enqueue_scatter(ref_run *r, cl_mem dst, int64_t first, int64_t count) {
   const fcl_problem *p = r->p;
   const cl_long off = p->o_offset, sb = p->o_stride[0], sh = p->o_stride[1], sn = p->o_stride[2], first_l = first;
-  const cl_int heads = (cl_int)p->heads, rows = (cl_int)p->nq, d = (cl_int)p->d;
-  const cl_long total = (cl_long)count * rows * d;
-  const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off),  ARG(sb), ARG(sh),   ARG(sn),
-                             ARG(first_l),        ARG(heads), ARG(rows), ARG(d),  ARG(total)};
-  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], NULL, round_up((size_t)total, 64),
-                NULL);
+  const cl_int heads = (cl_int)p->heads, nq = (cl_int)p->nq, nk = (cl_int)p->nk, d = (cl_int)p->d;
+  const cl_long total = (cl_long)count * nq * d;
+  const kernel_arg args[] = {ARG(r->copy[REF_O]), ARG(dst),   ARG(off), ARG(sb), ARG(sh), ARG(sn),
+                             ARG(first_l),        ARG(heads), ARG(nq),  ARG(nk), ARG(d),  ARG(total)};
+  return launch(r, r->scatter, "fcl_scatter_rows", args, sizeof args / sizeof args[0], REF_SEQS,
+                round_up((size_t)total, 64), NULL);
 }
 
 static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t count) {
@@ -300,12 +341,39 @@ static fcl_status enqueue_softmax(ref_run *r, cl_mem lse, int64_t first, int64_t
   const cl_int heads = (cl_int)p->heads, nq = (cl_int)p->nq, nk = (cl_int)p->nk, write_lse = lse != NULL;
   const size_t local = r->softmax_wg, global = (size_t)count * (size_t)p->nq * local;
   cl_mem lse_arg = lse ? lse : r->scratch_s; /* never written when write_lse is 0 */
-  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg),    ARG(lse_first), ARG(heads),
-                             ARG(nq),           ARG(nk),         ARG(p->scale),  ARG(write_lse)};
-  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], p, global, &local);
+  const kernel_arg args[] = {ARG(r->scratch_s), ARG(lse_arg), ARG(lse_first), ARG(heads),
+                             ARG(nq),           ARG(nk),      ARG(p->scale),  ARG(write_lse),
+                             ARG(r->marks),     ARG(r->marked_pairs),         ARG(r->hits)};
+  return launch(r, r->softmax, "fcl_softmax_rows", args, sizeof args / sizeof args[0], REF_MODS | REF_SEQS, global,
+                &local);
 }
 
-/* One chunk of pairs [first, first + count): copies in, S = Q K^T, softmax, O = P V, copy out. */
+/* After O = P V: the rows the softmax flagged get the terms of V's non-finite elements (cl/softmax.cl), one
+   launch per range of r->fixup_keys keys. o is where the GEMM wrote O: element offset of the chunk's first
+   pair, between pairs, between rows. */
+static fcl_status enqueue_fixup(ref_run *r, cl_mem v, cl_mem o, size_t o_off, size_t o_sp, size_t o_sn,
+                                int64_t first, int64_t count) {
+  const fcl_problem *p = r->p;
+  const cl_long off = p->v_offset, sb = p->v_stride[0], sh = p->v_stride[1], sn = p->v_stride[2], first_l = first;
+  const cl_long oo = (cl_long)o_off, osp = (cl_long)o_sp, osn = (cl_long)o_sn, rows = (cl_long)count * p->nq;
+  const cl_int heads = (cl_int)p->heads, group = (cl_int)p->group, nq = (cl_int)p->nq, nk = (cl_int)p->nk;
+  const cl_int d = (cl_int)p->d;
+  fcl_status st = FCL_SUCCESS;
+  for (int64_t k0 = 0; !st && k0 < p->nk; k0 += r->fixup_keys) {
+    const cl_int lo = (cl_int)k0, hi = (cl_int)(p->nk - k0 < r->fixup_keys ? p->nk : k0 + r->fixup_keys);
+    const kernel_arg args[] = {ARG(r->scratch_s), ARG(r->marks), ARG(r->hits), ARG(v),    ARG(off),   ARG(sb),
+                               ARG(sh),           ARG(sn),       ARG(first_l), ARG(heads), ARG(group), ARG(o),
+                               ARG(oo),           ARG(osp),      ARG(osn),     ARG(nq),    ARG(nk),    ARG(d),
+                               ARG(lo),           ARG(hi),       ARG(rows)};
+    if (k0 > 0) st = step_barrier(r); /* each launch adds to what the previous wrote */
+    if (!st)
+      st = launch(r, r->fixup, "fcl_nonfinite_fixup", args, sizeof args / sizeof args[0], REF_SEQS,
+                  round_up((size_t)rows, 64), NULL);
+  }
+  return st;
+}
+
+/* One chunk of pairs [first, first + count): copies in, S = Q K^T, softmax, O = P V, the fixup, copy out. */
 static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, int64_t first,
                             int64_t count) {
   const fcl_problem *p = r->p;
@@ -345,7 +413,9 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
       (st = step_barrier(r)) || (st = enqueue_softmax(r, lse, first, count)) || (st = step_barrier(r)) ||
       (st = gemm_step(r, "SgemmStridedBatched (O = P V)", CLBlastTransposeNo, nq, d, nk, r->scratch_s, 0, nk, nq * nk,
                       buf[REF_V], off[REF_V], ld[REF_V], stride[REF_V], buf[REF_O], off[REF_O], ld[REF_O],
-                      stride[REF_O], (size_t)count)))
+                      stride[REF_O], (size_t)count)) ||
+      (st = step_barrier(r)) ||
+      (st = enqueue_fixup(r, v, buf[REF_O], off[REF_O], stride[REF_O], ld[REF_O], first, count)))
     return st;
   if (!rp->plain[REF_O]) {
     if ((st = step_barrier(r)) || (st = enqueue_scatter(r, o, first, count))) return st;
@@ -354,9 +424,10 @@ static fcl_status run_chunk(ref_run *r, cl_mem q, cl_mem k, cl_mem v, cl_mem o, 
   return step_barrier(r);
 }
 
-static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+/* A scratch buffer; with init, a copy of those bytes (made at creation: nothing is enqueued). */
+static fcl_status create_buffer(fcl_context *ctx, size_t bytes, void *init, cl_mem *out) {
   cl_int err;
-  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0), bytes, init, &err);
   if (err != CL_SUCCESS) {
     *out = NULL;
     const fcl_status st = err == CL_INVALID_BUFFER_SIZE || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
@@ -367,6 +438,18 @@ static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
                     fcl_cl_error_name(err), (int)err);
   }
   return FCL_SUCCESS;
+}
+
+static fcl_status create_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+  return create_buffer(ctx, bytes, NULL, out);
+}
+
+static fcl_status create_zeroed_scratch(fcl_context *ctx, size_t bytes, cl_mem *out) {
+  void *zeros = calloc(1, bytes);
+  if (!zeros) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "reference path: out of host memory (%zu bytes)", bytes);
+  const fcl_status st = create_buffer(ctx, bytes, zeros, out);
+  free(zeros);
+  return st;
 }
 
 #else /* no CLBlast */
@@ -404,20 +487,28 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
 
   /* Everything that can fail before enqueuing: kernels, scratch. */
   pthread_mutex_lock(&ctx->lock);
-  char defines[32];
+  char defines[96];
   snprintf(defines, sizeof defines, "-DDTYPE=%d", (int)p.dtype);
-  char mods[96];
+  fcl_sequence_defines(&p, defines + strlen(defines), sizeof defines - strlen(defines));
+  char mods[160];
   fcl_modifier_defines(&p, mods, sizeof mods);
   st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
   if (!st) st = fcl_softmax_within_budget(&ctx->caps, p.nk, r.softmax_wg);
-  if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K] && rp.plain[REF_V]))
+  if (!st) st = fcl_nonfinite_within_budget(&ctx->caps, p.nk, p.d, &r.fixup_keys);
+  if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K]))
     st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_rows", defines, &r.gather);
+  if (!st) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_clean_rows", defines, &r.gather_clean);
+  if (!st) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_nonfinite_fixup", defines, &r.fixup);
   if (!st && !rp.plain[REF_O]) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_rows", defines, &r.scatter);
+  if (!st && lse && p.cu_q) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_scatter_lse", defines, &r.scatter_lse);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   st = create_scratch(ctx, rp.s_bytes, &r.scratch_s);
   for (int t = 0; t < 4 && !st; ++t)
     if (rp.copy_bytes[t]) st = create_scratch(ctx, rp.copy_bytes[t], &r.copy[t]);
+  if (!st) st = create_scratch(ctx, rp.marks_bytes, &r.marks);
+  if (!st) st = create_scratch(ctx, rp.hits_bytes, &r.hits);
+  if (!st) st = create_zeroed_scratch(ctx, rp.pairs_bytes, &r.marked_pairs);
   if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
   /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
@@ -436,8 +527,15 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     const int64_t count = rp.pairs - first < rp.chunk ? rp.pairs - first : rp.chunk;
     st = run_chunk(&r, q, k, v, o, r.lse_tmp, first, count);
   }
-  /* lse reaches the caller's buffer only once every GEMM has been accepted. */
-  if (!st && lse) {
+  /* lse reaches the caller's buffer only once every GEMM has been accepted: a copy, or with packed queries the
+     sequences' own rows into [heads, total_q]. */
+  if (!st && lse && p.cu_q) {
+    const cl_int heads = (cl_int)p.heads, nq = (cl_int)p.nq, nk = (cl_int)p.nk;
+    const cl_long rows = (cl_long)(rp.lse_bytes / sizeof(float));
+    const kernel_arg args[] = {ARG(r.lse_tmp), ARG(lse), ARG(heads), ARG(nq), ARG(nk), ARG(rows)};
+    st = launch(&r, r.scatter_lse, "fcl_scatter_lse", args, sizeof args / sizeof args[0], REF_SEQS,
+                round_up((size_t)rows, 64), NULL);
+  } else if (!st && lse) {
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;
@@ -467,6 +565,9 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   /* Deletion is deferred by OpenCL until the enqueued commands that use them have finished. */
   if (r.scratch_s) clReleaseMemObject(r.scratch_s);
   if (r.lse_tmp) clReleaseMemObject(r.lse_tmp);
+  if (r.marks) clReleaseMemObject(r.marks);
+  if (r.hits) clReleaseMemObject(r.hits);
+  if (r.marked_pairs) clReleaseMemObject(r.marked_pairs);
   for (int t = 0; t < 4; ++t)
     if (r.copy[t]) clReleaseMemObject(r.copy[t]);
   return st;

@@ -15,6 +15,8 @@ void describe_case(const fwd_case *c, char *out, size_t size) {
            c->nq, c->nk, c->d, dtype_name(c->dtype), c->causal ? " causal" : "", layouts[c->layout],
            c->scale != 0.0f ? " scale" : "");
   mods_describe(&c->mods, out, size);
+  const size_t n = strlen(out);
+  if (c->plant && n < size) snprintf(out + n, size - n, " NaN/inf planted in V");
 }
 
 void forward_case_name(const fwd_case *c, char *out, size_t size) {
@@ -24,6 +26,8 @@ void forward_case_name(const fwd_case *c, char *out, size_t size) {
   snprintf(out, size, "B%lld_H%lld%s_Nq%lld_Nk%lld_d%lld_%s%s_%s%s%s", c->b, c->h, hkv, c->nq, c->nk, c->d,
            dtype_name(c->dtype), c->causal ? "_causal" : "", layouts[c->layout], scale, c->with_lse ? "_lse" : "");
   mods_name(&c->mods, out, size);
+  const size_t n = strlen(out);
+  if (c->plant && n < size) snprintf(out + n, size - n, "_nonfinite-v");
 }
 
 void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
@@ -38,6 +42,56 @@ void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, co
   tensor_to_desc(o, desc->o_stride, &desc->o_offset);
 }
 
+/* Writes the planted values (PLANT_*_ROW) into v's host copy, logical [b][h][n][d], and a NaN into key
+   PLANT_NAN_ROW's k row (its score is NaN: rows that an additive mask of -inf hides it from must still come
+   out exact). */
+static void plant_nonfinite(test_tensor *k, test_tensor *v) {
+  for (long long bh = 0; bh < k->b * k->h; ++bh) k->host[(size_t)((bh * k->n + PLANT_NAN_ROW(k->n)) * k->d)] = NAN;
+  for (long long bh = 0; bh < v->b * v->h; ++bh) {
+    float *inf_row = v->host + (size_t)((bh * v->n + PLANT_INF_ROW(v->n)) * v->d);
+    float *nan_row = v->host + (size_t)((bh * v->n + PLANT_NAN_ROW(v->n)) * v->d);
+    inf_row[0] = INFINITY;
+    inf_row[v->d - 1] = -INFINITY;
+    for (long long c = 0; c < v->d; ++c) nan_row[c] = NAN;
+  }
+}
+
+typedef struct planted_counts {
+  size_t nan, inf;  /* elements whose reference is NaN, +-inf */
+  size_t mismatched;/* of those, elements that are not exactly that */
+  size_t clean_rows;/* rows whose reference is finite throughout: rows that see no planted value */
+} planted_counts;
+
+/* rel_error over the elements whose reference is finite; the others are counted into *n and must match
+   exactly (NaN for NaN, the same infinity). */
+static double planted_error(const float *got, const double *ref, size_t rows, size_t d, double *max_abs,
+                            planted_counts *n) {
+  memset(n, 0, sizeof *n);
+  float *fg = malloc(rows * d * sizeof(float));
+  double *fr = malloc(rows * d * sizeof(double));
+  if (!fg || !fr) {
+    free(fg), free(fr);
+    return INFINITY;
+  }
+  size_t m = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    int clean = 1;
+    for (size_t c = r * d; c < (r + 1) * d; ++c) {
+      if (isfinite(ref[c])) {
+        fg[m] = got[c], fr[m++] = ref[c];
+        continue;
+      }
+      clean = 0;
+      if (isnan(ref[c])) n->nan++, n->mismatched += !isnan(got[c]);
+      else n->inf++, n->mismatched += !((double)got[c] == ref[c]);
+    }
+    n->clean_rows += clean;
+  }
+  const double rel = rel_error(fg, fr, m, max_abs);
+  free(fg), free(fr);
+  return rel;
+}
+
 int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, fwd_fn fn, const char *label) {
   char what[200];
   describe_case(c, what, sizeof what);
@@ -48,6 +102,10 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
               tensor_create(env, &v, c->b, hkv, c->nk, c->d, c->layout, c->dtype, 1) |
               tensor_create(env, &o, c->b, c->h, c->nq, c->d, c->layout, c->dtype, 0);
   const size_t nrows = (size_t)(c->b * c->h * c->nq);
+  if (c->plant && !setup) {
+    plant_nonfinite(&k, &v);
+    setup = tensor_upload(env, &k) | tensor_upload(env, &v);
+  }
   cl_mem lse = c->with_lse ? create_float_buffer(env, nrows, NAN) : NULL;
   int result = 1;
   mod_buffers mb;
@@ -81,12 +139,25 @@ int run_forward_case(test_env *env, cl_command_queue queue, const fwd_case *c, f
   free(dq_in), free(dk_in), free(dv_in);
   int read_ok = tensor_read(env, &o) == 0 && (!lse || read_floats(env, lse, got_lse, nrows) == 0);
   double max_abs = 0, lse_max = 0;
-  double rel = read_ok ? rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs) : INFINITY;
-  if (lse && read_ok) rel_error(got_lse, ref_lse, nrows, &lse_max);
+  planted_counts pc = {0, 0, 0, 0};
+  double rel = !read_ok  ? INFINITY
+               : c->plant ? planted_error(o.host, ref_o, nrows, (size_t)c->d, &max_abs, &pc)
+                          : rel_error(o.host, ref_o, nrows * (size_t)c->d, &max_abs);
+  planted_counts pl = {0, 0, 0, 0}; /* lse: NaN exactly where the reference's is (rows that see a NaN score) */
+  if (lse && read_ok) {
+    if (c->plant) planted_error(got_lse, ref_lse, nrows, 1, &lse_max, &pl);
+    else rel_error(got_lse, ref_lse, nrows, &lse_max);
+  }
   const double tol = forward_tolerance(c->dtype);
   const int gaps_ok = tensor_gaps_untouched(env, &o);
   if (!gaps_ok) printf("     o: an element outside the tensor (padding or offset) was written\n");
-  const int ok = read_ok && gaps_ok && rel <= tol && (!lse || lse_max <= FWD_TOL_LSE);
+  /* A planted case tests nothing unless some rows see the planted values and some do not. */
+  const int planted_ok = !c->plant || (pc.mismatched == 0 && pc.nan > 0 && pc.inf > 0 && pc.clean_rows > 0);
+  if (c->plant)
+    printf("     planted: %zu NaN and %zu +-inf elements expected, %zu not so; %zu rows see none of them; lse: %zu NaN "
+           "expected, %zu not so\n",
+           pc.nan, pc.inf, pc.mismatched, pc.clean_rows, pl.nan, pl.mismatched);
+  const int ok = read_ok && gaps_ok && planted_ok && rel <= tol && (!lse || (lse_max <= FWD_TOL_LSE && pl.mismatched == 0));
   if (lse)
     check(ok, "%s %s: rel %.2e (bound %.1e) max abs %.2e, lse max abs %.2e (bound %.0e)", label, what, rel, tol,
           max_abs, lse_max, FWD_TOL_LSE);

@@ -14,7 +14,15 @@ typedef struct fwd_case {
   float scale; /* 0: default */
   int with_lse;
   test_mods mods; /* score modifiers; zero: none */
+  int plant;      /* 1: non-finite values planted in V (below) */
 } fwd_case;
+
+/* Planted V (plant 1), in every (batch, kv head): row nk/3 holds +inf in column 0 and -inf in its last column,
+   row 2nk/3 is NaN throughout. A hidden key must be excluded, not weighted by zero: an output element whose
+   float64 reference (a sum over visible keys only) is NaN or +-inf must be exactly that, every other element
+   finite and within the case's bound. */
+#define PLANT_INF_ROW(nk) ((nk) / 3)
+#define PLANT_NAN_ROW(nk) (2 * (nk) / 3)
 
 /* ||o - ref|| / ||ref|| bounds: float32 arithmetic, and the storage rounding of the output for f16/bf16. */
 #define FWD_TOL_F32 1e-5

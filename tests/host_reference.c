@@ -38,7 +38,10 @@ static double score(const dims *s, const host_mods *m, double qk, long long b, l
   }
   if (softcap_grad) *softcap_grad = g;
   if (m && m->slopes) x -= m->slopes[b * s->H + h] * (double)llabs(p - j);
-  if (m && m->mask) x += m->mask[((b * s->H + h) * s->Nq + i) * s->Nk + j];
+  if (m && m->mask) { /* -inf hides the key, whatever the score holds (NaN included) */
+    const double mv = m->mask[((b * s->H + h) * s->Nq + i) * s->Nk + j];
+    x = mv == -INFINITY ? -INFINITY : x + mv;
+  }
   return x;
 }
 

@@ -1,8 +1,10 @@
 /* fcl_attention_forward against the float64 host reference over awkward shapes, every dtype, causal
  * alignment, GQA/MQA, strided layouts, the optional lse and the score modifiers (window, softcap, ALiBi,
- * additive mask, sinks) alone and together.
- * Usage: test_forward [--small] [--reference] [--list | --case NAME]
+ * additive mask, sinks) alone and together, and NaN and +-inf in V rows that the mask hides from some rows.
+ * Usage: test_forward [--small | --nonfinite] [--reference] [--list | --case NAME]
  *   --small      a few small cases (for Oclgrind, which simulates every work-item)
+ *   --nonfinite  only the cases with NaN and +-inf planted in V (and, with --reference, those on an
+ *                out-of-order queue): for runs under a forced loop budget
  *   --reference  the same cases through fcl_attention_reference (CLBlast) instead, the small ones again on an
  *                out-of-order queue, and a score matrix too large for one buffer, which must give
  *                FCL_ERROR_OUT_OF_RESOURCES
@@ -32,6 +34,8 @@ static int small_cases(fwd_case *list) {
   const test_mods all = {0.7f, 2, MASK_GGML_F16, 1, 1, 6, 2, 1};
   n = add(list, n, (fwd_case){2, 2, 1, 13, 21, 16, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 2.0f, 1, all});
   n = add(list, n, (fwd_case){1, 2, 0, 11, 5, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, {0, 0, 0, 0, 1, 0, 0, 0}});
+  /* NaN and +-inf in V rows the causal mask hides from the first rows. */
+  n = add(list, n, (fwd_case){1, 2, 0, 12, 12, 8, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, {0, 0, 0, 0, 0, 0, 0, 0}, 1});
   return n;
 }
 
@@ -74,6 +78,21 @@ static int modifier_cases(fwd_case *list, int n) {
   n = add(list, n, (fwd_case){1, 4, 1, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 4.0f, 1, softcap_sinks});
   n = add(list, n, (fwd_case){1, 2, 0, 30, 10, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, sinks}); /* sinks, no key */
   n = add(list, n, (fwd_case){1, 2, 0, 30, 10, 16, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, window_sinks});
+  return n;
+}
+
+/* NaN and +-inf planted in V rows that the causal mask, a sliding window or the additive mask hide from some
+   rows (forward_check.h): those rows must come out exact and finite, the rows that see them NaN or +-inf. Plain
+   float32 V (used in place by the reference's GEMM) and converted copies, GQA, several chunks under
+   FLASHCL_REFERENCE_CHUNK=3, and every modifier together. */
+static int nonfinite_cases(fwd_case *list, int n) {
+  const test_mods none = {0, 0, 0, 0, 0, 0, 0, 0};
+  const test_mods window = {0, 0, 0, 0, 1, 6, 2, 0};
+  const test_mods all = {1.5f, 2, MASK_FULL_F32, 0, 1, 10, 0, 1}; /* with causal: window (10, 0) */
+  n = add(list, n, (fwd_case){1, 2, 0, 40, 40, 16, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, none, 1});
+  n = add(list, n, (fwd_case){2, 4, 2, 45, 45, 24, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1, window, 1});
+  n = add(list, n, (fwd_case){1, 3, 0, 50, 50, 32, FCL_DTYPE_BF16, 1, LAYOUT_PADDED, 0, 1, all, 1});
+  n = add(list, n, (fwd_case){2, 2, 0, 64, 64, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0, window, 1});
   return n;
 }
 
@@ -237,27 +256,35 @@ static void run_reference_extent_one_strides(test_env *env, const void *unused) 
 }
 
 int main(int argc, char **argv) {
-  int small = 0, reference = 0;
+  int small = 0, reference = 0, nonfinite = 0;
   test_cli cli = {0, NULL};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--nonfinite")) nonfinite = 1;
     else if (!strcmp(argv[i], "--reference")) reference = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small | --nonfinite] [--reference] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
   }
   enum { MAX = 200 };
   static fwd_case cases[MAX], few[8];
   static test_case list[MAX];
-  const int count = small ? small_cases(cases) : modifier_cases(cases, full_cases(cases));
+  const int count = small       ? small_cases(cases)
+                    : nonfinite ? nonfinite_cases(cases, 0)
+                                : nonfinite_cases(cases, modifier_cases(cases, full_cases(cases)));
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     forward_case_name(&cases[i], name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, reference ? run_reference : run_forward, &cases[i]);
   }
-  if (reference) {
+  if (reference && nonfinite) {
+    for (int i = 0; i < count; ++i) {
+      forward_case_name(&cases[i], name, sizeof name);
+      n = test_case_add(list, n, MAX, "out_of_order/", name, run_reference_out_of_order, &cases[i]);
+    }
+  } else if (reference) {
     const int nfew = small_cases(few);
     for (int i = 0; i < nfew; ++i) {
       forward_case_name(&few[i], name, sizeof name);

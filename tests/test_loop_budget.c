@@ -76,6 +76,14 @@ static void test_bounds(void) {
     }
   /* The softmax: two passes over a row's share and a log2(wg) reduction. */
   check(fcl_softmax_loop_iterations(1000, 256) == 4 + 8 + 4, "softmax over 1000 keys, 256 work-items: 16 iterations");
+  /* The reference's non-finite fixup: a pass over d per key; the most keys a launch takes fill the budget. */
+  check(fcl_nonfinite_fixup_loop_iterations(10, 64) == 650, "fixup over 10 keys of d=64: 650 iterations");
+  check(fcl_nonfinite_fixup_max_keys(64, 0) == 0 && fcl_nonfinite_fixup_max_keys(64, 64) == -1,
+        "fixup keys: no limit without a budget, none when one key's pass does not fit");
+  const int64_t keys = fcl_nonfinite_fixup_max_keys(64, 65535);
+  check(keys == 1008 && fcl_nonfinite_fixup_loop_iterations(keys, 64) <= 65535 &&
+            fcl_nonfinite_fixup_loop_iterations(keys + 1, 64) > 65535,
+        "fixup keys under llvmpipe's 65535 at d=64: %lld, the most that fit", (long long)keys);
 }
 
 /* ---- the probe and its record ---- */

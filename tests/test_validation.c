@@ -120,6 +120,47 @@ int main(void) {
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "f32 buffers described as f16 but too few", "lse",
               (fx.desc.dtype = FCL_DTYPE_F16, fx.desc.seqlen_q = 18));
 
+  /* Packed and paged sequences: the fields and the index buffers' sizes (their contents are the kernels' to
+     distrust: tests/test_sequences.c). */
+  {
+    static const int cu[3] = {0, 4, 9}, table[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    cl_int err;
+    cl_mem cu_buf = clCreateBuffer(e->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof cu, (void *)cu, &err);
+    cl_mem short_cu = clCreateBuffer(e->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 2 * sizeof(int), (void *)cu, &err);
+    cl_mem tab = clCreateBuffer(e->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof table, (void *)table, &err);
+    cl_mem one = clCreateBuffer(e->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(int), (void *)cu, &err);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "total_q without cu_seqlens_q", "total_q", fx.desc.total_q = 9);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "cu_seqlens_q with total_q 0", "total_q", fx.desc.cu_seqlens_q = cu_buf);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "total_q 2^31", "total_q",
+                (fx.desc.cu_seqlens_q = cu_buf, fx.desc.total_q = 1ll << 31));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "cu_seqlens_q of batch entries, not batch + 1", "cu_seqlens_q",
+                (fx.desc.cu_seqlens_q = short_cu, fx.desc.total_q = 9));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "q too small for total_q packed rows", "q is too small",
+                (fx.desc.cu_seqlens_q = cu_buf, fx.desc.total_q = 40));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "total_k without cu_seqlens_k", "total_k", fx.desc.total_k = 3);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "seqlens_k of one entry for a batch of 2", "seqlens_k", fx.desc.seqlens_k = one);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "cu_seqlens_k and block_table together", "block_table",
+                (fx.desc.cu_seqlens_k = cu_buf, fx.desc.total_k = 11, fx.desc.block_table = tab,
+                 fx.desc.block_table_stride = 4, fx.desc.block_size = 4, fx.desc.num_blocks = 4));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "block_size without block_table", "block_table", fx.desc.block_size = 16);
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "block_size 1025", "block_size",
+                (fx.desc.block_table = tab, fx.desc.block_table_stride = 4, fx.desc.block_size = 1025,
+                 fx.desc.num_blocks = 1));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "num_blocks 0", "num_blocks",
+                (fx.desc.block_table = tab, fx.desc.block_table_stride = 4, fx.desc.block_size = 4));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "seqlen_k beyond the table's reach", "block_table_stride",
+                (fx.desc.block_table = tab, fx.desc.block_table_stride = 2, fx.desc.block_size = 4,
+                 fx.desc.num_blocks = 4));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "block_table of fewer than batch * stride entries", "block_table",
+                (fx.desc.block_table = tab, fx.desc.block_table_stride = 5, fx.desc.block_size = 4,
+                 fx.desc.num_blocks = 4));
+    /* k holds 2 * 2 * 11 rows of 16: 4 blocks of 2 heads x 4 rows fit, 6 do not. */
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "k pool smaller than num_blocks blocks", "k is too small",
+                (fx.desc.block_table = tab, fx.desc.block_table_stride = 3, fx.desc.block_size = 4,
+                 fx.desc.num_blocks = 6));
+    clReleaseMemObject(cu_buf), clReleaseMemObject(short_cu), clReleaseMemObject(tab), clReleaseMemObject(one);
+  }
+
   /* NULLs, aliasing, foreign objects, wait lists. */
   reset_desc();
   expect(FCL_ERROR_INVALID_ARGUMENT, "ctx NULL", NULL, e->queue, fx.q.buf, fx.k.buf, fx.v.buf, fx.o.buf, fx.lse, 0,

@@ -4,7 +4,8 @@
 add_library(flashcl_testkit STATIC
   ${CMAKE_CURRENT_LIST_DIR}/test_util.c ${CMAKE_CURRENT_LIST_DIR}/test_mods.c
   ${CMAKE_CURRENT_LIST_DIR}/host_reference.c ${CMAKE_CURRENT_LIST_DIR}/forward_check.c
-  ${CMAKE_CURRENT_LIST_DIR}/backward_check.c ${CMAKE_CURRENT_LIST_DIR}/test_cases.c)
+  ${CMAKE_CURRENT_LIST_DIR}/backward_check.c ${CMAKE_CURRENT_LIST_DIR}/test_cases.c
+  ${CMAKE_CURRENT_LIST_DIR}/sequence_inputs.c)
 flashcl_target_settings(flashcl_testkit)
 target_include_directories(flashcl_testkit PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(flashcl_testkit PUBLIC flashcl_static Threads::Threads m)

@@ -48,6 +48,7 @@ typedef struct options {
   int json;
   int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
   long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
+  long long paged;        /* --paged BS: K and V in a pool of blocks of BS rows, in shuffled order; 0 dense */
   double max_diff; /* > 0: exit status 1 when max |O_flash - O_reference| exceeds it */
 } options;
 
@@ -89,6 +90,8 @@ static void usage(FILE *f) {
           "  --seqlen-q Q        Q query rows against each --seqlen N keys (decode: 1; default Q = N);\n"
           "                      the table then also gives the K and V bytes read per second\n"
           "  --layout bhnd|bnhd  q, k, v, o as [batch, heads, seq, d] (default) or [batch, seq, heads, d]\n"
+          "  --paged BS          k and v in a paged pool [blocks, BS, kv heads, d] (vLLM's order) with a\n"
+          "                      block table in shuffled order (the flash forward only)\n"
           "  --flush MIB         fill a MIB-MiB buffer before each run (outside its time), so that its inputs\n"
           "                      are not read from the cache a previous run left them in (default 0)\n"
           "  --causal            causal mask\n"
@@ -166,6 +169,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
+    else if (!strcmp(a, "--paged")) NUMBER(o->paged, 1);
     else if (!strcmp(a, "--causal")) o->causal = 1;
     else if (!strcmp(a, "--layout")) {
       NEED_VALUE();
@@ -439,7 +443,7 @@ static cl_mem make_buffer(bench *b, size_t count, fcl_dtype t, int random, cl_in
 /* ---- one timed call ---- */
 
 typedef struct tensors {
-  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
+  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace, table;
   int splits; /* the flash forward's split-KV chunks (fcl_describe_plan) */
 } tensors;
 
@@ -682,7 +686,8 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
 }
 
 static void release_tensors(tensors *t) {
-  cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace};
+  cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace,
+                   &t->table};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     if (*all[i]) {
       clReleaseMemObject(*all[i]);
@@ -696,7 +701,8 @@ static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int 
   const options *o = &b->opt;
   const size_t hkv = (size_t)(o->kv_heads ? o->kv_heads : o->heads);
   const size_t qn = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q * (size_t)o->head_dim;
-  const size_t kn = (size_t)o->batch * hkv * (size_t)desc->seqlen_k * (size_t)o->head_dim;
+  const size_t kn = desc->block_table ? (size_t)desc->num_blocks * (size_t)desc->block_size * hkv * (size_t)o->head_dim
+                                      : (size_t)o->batch * hkv * (size_t)desc->seqlen_k * (size_t)o->head_dim;
   const size_t rows = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q;
   cl_int err = CL_SUCCESS;
   if (!(t->q = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->k = make_buffer(b, kn, o->dtype, 1, &err)) ||
@@ -744,8 +750,28 @@ int main(int argc, char **argv) {
       memcpy(desc.q_stride, qs, sizeof qs), memcpy(desc.o_stride, qs, sizeof qs);
       memcpy(desc.k_stride, ks, sizeof ks), memcpy(desc.v_stride, ks, sizeof ks);
     }
+    cl_mem table = NULL;
+    if (o->paged) { /* each sequence's blocks at shuffled places of one pool, vLLM's [block, row, head, d] order */
+      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim, per = (n + o->paged - 1) / o->paged;
+      desc.block_table_stride = per, desc.block_size = o->paged, desc.num_blocks = o->batch * per;
+      int *entries = malloc((size_t)desc.num_blocks * sizeof(int));
+      for (long long i = 0; i < desc.num_blocks; ++i) entries[i] = (int)i;
+      for (long long i = desc.num_blocks - 1; i > 0; --i) {
+        const long long j = rand() % (i + 1);
+        const int x = entries[i];
+        entries[i] = entries[j], entries[j] = x;
+      }
+      cl_int terr;
+      table = clCreateBuffer(b.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)desc.num_blocks * sizeof(int),
+                             entries, &terr);
+      free(entries);
+      desc.block_table = table;
+      const int64_t ps[3] = {o->paged * hkv * d, d, hkv * d};
+      memcpy(desc.k_stride, ps, sizeof ps), memcpy(desc.v_stride, ps, sizeof ps);
+    }
     tensors t;
     cl_int err = alloc_tensors(&b, &desc, alive, &t);
+    t.table = table;
     if (err != CL_SUCCESS) {
       result r;
       memset(&r, 0, sizeof r);

@@ -3,8 +3,8 @@
 # Run from the repository root after building the library and tools into $BUILD (default /tmp/b); logs go
 # to $OUT (or /tmp/nv_decode). Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
 # usage: bash bench/nv_dev/decode.sh [verbose] [tests] [sweep] [compare]
-#   verbose  -cl-nv-verbose registers/spills of the decode kernel shapes (needs build-nvcheck/nvbuild.c, a
-#            harness that builds one program and prints its log)
+#   verbose  -cl-nv-verbose registers/spills of the decode kernel shapes (bench/nv_dev/nvbuild.c builds one
+#            program and prints its log)
 #   tests    test_variant, test_decode (planner's splits, then FLASHCL_FORWARD_SPLITS=5 and 100), test_forward
 #   sweep    flashcl-bench on three batch-1 rows with FLASHCL_FORWARD_SPLITS forced to 8..128 (0: the planner)
 #   compare  bench/compare_torch.py --decode: the six rows beside PyTorch SDPA
@@ -18,7 +18,7 @@ for step in "$@"; do
   t0=$(date +%s)
   case $step in
     verbose)
-      gcc -O2 -DCL_TARGET_OPENCL_VERSION=120 build-nvcheck/nvbuild.c -lOpenCL -o /tmp/nvbuild || continue
+      gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/nvbuild || continue
       base="-cl-nv-verbose -DDTYPE=1 -DD=128 -DDP=128 -DDS=136 -DQSMEM=0 -DKDB=0 -DWINDOW=0"
       for shape in "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1" "-DNW=1 -DMT=1 -DBC=64 -DPACK=0 -DSPLIT=1" \
                    "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1 -DALIBI=1 -DMASK=2 -DSOFTCAP=1 -DWINDOW=2" \

@@ -22,9 +22,10 @@
  * its rows' partial O (float32, normalised by its own sum) and lse, without the sink, into part_o / part_lse
  * for combine.cl.
  *
- * PACK 1 (GQA packing, for few query rows): a work-group owns a kv head, and the rows of its tile are the
- * (query row i, head) pairs of the heads that share it, packed r = i * group + hg (head hk * group + hg), so
- * K and V are read once for the whole group. Every row keeps its own i for the window, causal position and
+ * PACK 1 (GQA packing for few query rows, common.cl's ROW_I, ROW_HEAD and ROW_OFF as the portable kernel
+ * uses them): a work-group owns a kv head, and the rows of its tile are the (query row i, head) pairs of the
+ * heads that share it, packed r = i * group + hg (head hk * group + hg), so K and V are read once for the
+ * whole group. Every row keeps its own i for the window, causal position and
  * mask row, and its own head for ALiBi, the mask and the sink; a block's key range runs from the first
  * key of its first i to the last of its last i (r / group grows with r).
  *
@@ -62,23 +63,11 @@
 #define QOFF ((2 + KDB) * TILE)                 /* the Q tile [BR][DS] after the K and V tiles */
 #define KVQ ((2 + KDB) * TILE + QSMEM * BR * DS) /* elements: K and V tiles (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
-#ifndef PACK
-#define PACK 0
-#endif
-/* Tile row r of a block: its query row, head, and element offset from the group's base row (sh, sn: the
-   tensor's head and row strides). Without PACK, r is the query row of the work-group's head h. */
-#if PACK
-#define ROW_I(r) ((r) / group)
-#define ROW_HEAD(r) (hk * group + (r) % group)
-#define ROW_OFF(r, sh, sn) ((long)((r) % group) * (sh) + (long)((r) / group) * (sn))
-#else
-#define ROW_I(r) (r)
-#define ROW_HEAD(r) h
-#define ROW_OFF(r, sh, sn) ((long)(r) * (sn))
-#endif
-
 #if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
 #error "flash_fwd_mma: inconsistent tile defines"
+#endif
+#if VARLEN_Q || KV || SEQLENS_K
+#error "flash_fwd_mma: dense tensors only (the planner declines packed and paged sequences; FCL_SEQ_ARGS are unused)"
 #endif
 
 /* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
@@ -171,7 +160,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long k_off, long k_sb, long k_sh, long k_sn,
                    long v_off, long v_sb, long v_sh, long v_sn,
                    long o_off, long o_sb, long o_sh, long o_sn,
-                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SPLIT_ARGS) {
+                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS, FCL_SPLIT_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;

@@ -240,8 +240,9 @@ class Descriptor:
 
     Strides and offsets are in elements; all-zero strides mean contiguous [batch, heads, seq, head_dim].
     ``dtype`` and ``mask_dtype`` are NumPy dtypes (float32, float16, bfloat16/uint16). ``alibi_slopes``,
-    ``mask``, ``sinks`` and ``d_sinks`` are ``pyopencl.Buffer`` objects or None. ``scale`` 0 means
-    1/sqrt(head_dim).
+    ``mask``, ``sinks``, ``d_sinks`` and the int32 index buffers ``cu_seqlens_q``, ``cu_seqlens_k``,
+    ``seqlens_k``, ``block_table`` (packed and paged sequences, forward only) are ``pyopencl.Buffer``
+    objects or None. ``scale`` 0 means 1/sqrt(head_dim).
     """
 
     batch: int
@@ -274,6 +275,15 @@ class Descriptor:
     window_right: int = -1
     sinks: Optional[cl.Buffer] = None
     d_sinks: Optional[cl.Buffer] = None
+    cu_seqlens_q: Optional[cl.Buffer] = None
+    total_q: int = 0
+    cu_seqlens_k: Optional[cl.Buffer] = None
+    total_k: int = 0
+    seqlens_k: Optional[cl.Buffer] = None
+    block_table: Optional[cl.Buffer] = None
+    block_table_stride: int = 0
+    block_size: int = 0
+    num_blocks: int = 0
 
     def to_c(self) -> _lib.fcl_attention_desc:
         """The ctypes struct. Integers out of int64 range raise :class:`InvalidArgumentError`."""
@@ -281,7 +291,8 @@ class Descriptor:
         try:
             for name in ("batch", "num_heads", "num_kv_heads", "seqlen_q", "seqlen_k", "head_dim",
                          "q_offset", "k_offset", "v_offset", "o_offset", "alibi_batch_stride",
-                         "alibi_offset", "mask_offset", "window_left", "window_right"):
+                         "alibi_offset", "mask_offset", "window_left", "window_right", "total_q", "total_k",
+                         "block_table_stride", "block_size", "num_blocks"):
                 setattr(c, name, _int64(getattr(self, name), name))
             for name in ("q_stride", "k_stride", "v_stride", "o_stride", "mask_stride"):
                 value = tuple(getattr(self, name))
@@ -300,6 +311,8 @@ class Descriptor:
         c.mask = mem_handle(self.mask, "mask")
         c.sinks = mem_handle(self.sinks, "sinks")
         c.d_sinks = mem_handle(self.d_sinks, "d_sinks")
+        for name in ("cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"):
+            setattr(c, name, mem_handle(getattr(self, name), name))
         return c
 
 

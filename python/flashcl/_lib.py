@@ -93,6 +93,34 @@ class fcl_attention_desc(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("sinks", cl_mem),
         ("d_sinks", cl_mem),
+        ("cu_seqlens_q", cl_mem),
+        ("total_q", ctypes.c_int64),
+        ("cu_seqlens_k", cl_mem),
+        ("total_k", ctypes.c_int64),
+        ("seqlens_k", cl_mem),
+        ("block_table", cl_mem),
+        ("block_table_stride", ctypes.c_int64),
+        ("block_size", ctypes.c_int64),
+        ("num_blocks", ctypes.c_int64),
+    ]
+
+
+class fcl_kv_append_desc(ctypes.Structure):
+    _fields_ = [
+        ("num_tokens", ctypes.c_int64),
+        ("num_kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("dtype", fcl_dtype),
+        ("block_size", ctypes.c_int64),
+        ("num_blocks", ctypes.c_int64),
+        ("k_new_stride", ctypes.c_int64 * 2),
+        ("v_new_stride", ctypes.c_int64 * 2),
+        ("k_new_offset", ctypes.c_int64),
+        ("v_new_offset", ctypes.c_int64),
+        ("k_pool_stride", ctypes.c_int64 * 3),
+        ("v_pool_stride", ctypes.c_int64 * 3),
+        ("k_pool_offset", ctypes.c_int64),
+        ("v_pool_offset", ctypes.c_int64),
     ]
 
 
@@ -151,6 +179,7 @@ class fcl_device_quirks(ctypes.Structure):
 STRUCTS = {
     "fcl_context_options": fcl_context_options,
     "fcl_attention_desc": fcl_attention_desc,
+    "fcl_kv_append_desc": fcl_kv_append_desc,
     "fcl_plan_info": fcl_plan_info,
     "fcl_cache_stats": fcl_cache_stats,
     "fcl_tune_result": fcl_tune_result,
@@ -203,6 +232,11 @@ _SIGNATURES = {
         fcl_status,
         [ctypes.c_void_p, cl_command_queue, _desc_p, cl_mem, cl_mem, cl_mem, cl_mem, cl_mem, cl_mem,
          cl_mem, cl_mem, cl_mem, cl_mem, cl_uint, _P(cl_event), _P(cl_event)],
+    ),
+    "fcl_kv_cache_append": (
+        fcl_status,
+        [ctypes.c_void_p, cl_command_queue, _P(fcl_kv_append_desc), cl_mem, cl_mem, cl_mem, cl_mem, cl_mem,
+         cl_uint, _P(cl_event), _P(cl_event)],
     ),
     "fcl_describe_plan": (fcl_status, [ctypes.c_void_p, fcl_operation, _desc_p, _P(fcl_plan_info)]),
     "fcl_context_cache_stats": (fcl_status, [ctypes.c_void_p, _P(fcl_cache_stats)]),

@@ -92,3 +92,14 @@ def test_every_function_declared():
         f"in the header only: {sorted(names - set(_lib._SIGNATURES))}; "
         f"in the bindings only: {sorted(set(_lib._SIGNATURES) - names)}"
     )
+
+
+def test_descriptors_mirror_structs():
+    """flashcl.Descriptor and KVAppendDescriptor declare every field of their C struct (a field added to the
+    header, such as the sequence fields of 0.2, must reach the Python descriptor too)."""
+    import dataclasses
+
+    import flashcl
+
+    for py, c in ((flashcl.Descriptor, _lib.fcl_attention_desc), (flashcl.KVAppendDescriptor, _lib.fcl_kv_append_desc)):
+        assert {f.name for f in dataclasses.fields(py)} == {f for f, _ in c._fields_}, py.__name__
