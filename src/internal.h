@@ -101,7 +101,7 @@ typedef struct fcl_tile_plan {
                        group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
                        rule for the tensor-core kernel) */
   size_t local_bytes;
-  char reason[192];
+  char reason[256];
 } fcl_tile_plan;
 
 /* The largest work-group a plan may use: the device's limits and the kernel's own (0: none). */
