@@ -258,17 +258,18 @@ inline int2 fcl_key_block(const fcl_seq *s, int j) {
 #define FCL_KEY_OFFSET(page, r, j, sb, sn) \
   (KV == 2 ? ((page)[r].x >= 0 ? (long)(page)[r].x * (sb) + (long)(page)[r].y * (sn) : -1L) : (long)(j) * (sn))
 
+/* Tile row r (key j)'s offset as FCL_KEY_OFFSET gives it, or -2 for a row past the sequence's nk keys; and
+   element c of such a row: the value, NaN in a block outside the pool, 0 past the keys (masked later). */
+#define FCL_KEY_ROW(page, r, j, nk, sb, sn) ((j) < (nk) ? FCL_KEY_OFFSET(page, r, j, sb, sn) : -2L)
+#define FCL_KEY_LOAD(src, off, c) ((off) >= 0 ? LOAD(src, (off) + (c)) : (off) == -1 ? NAN : 0.0f)
+
 /* Cooperative load of key rows j0.. (j0 + r < seq.nk) of K or V into a local [rows][DS] tile as LOAD_TILE
    does, addressed through FCL_KEY_OFFSET; a row of a block outside the pool loads as NaN. */
 #define LOAD_KEY_TILE(dst, src, sb, sn, seq, page, j0, rows)                                     \
   for (int i_ = lid; i_ < (rows) * DP; i_ += WG) {                                               \
     const int r_ = i_ / DP, c_ = i_ % DP;                                                        \
-    float x_ = 0.0f;                                                                             \
-    if ((j0) + r_ < (seq).nk && c_ < D) {                                                        \
-      const long off_ = FCL_KEY_OFFSET(page, r_, (j0) + r_, (sb), (sn));                         \
-      x_ = off_ >= 0 ? LOAD(src, off_ + c_) : NAN;                                               \
-    }                                                                                            \
-    (dst)[r_ * DS + c_] = x_;                                                                    \
+    const long off_ = FCL_KEY_ROW(page, r_, (j0) + r_, (seq).nk, (sb), (sn));                    \
+    (dst)[r_ * DS + c_] = c_ < D ? FCL_KEY_LOAD(src, off_, c_) : 0.0f;                          \
   }
 
 /* ---- GQA packing (PACK 1, for few query rows): a work-group owns kv head hk of its batch, and the rows of its

@@ -13,18 +13,15 @@
  * contiguous), so neighbouring work-items read neighbouring keys: what a CPU's work-item loop
  * vectorizes; 0 reads K rows as float4 along d, which suits GPUs' local memory. Tails beyond seqlen_q,
  * seqlen_k and D are zero-filled in local memory and never written back.
- * DIRECT_K, DIRECT_V (a CPU's blocks of few rows, where a tile element is reused too little to pay for its
+ * DIRECT (a CPU's blocks of few rows, where a tile element is reused too little to pay for its
  * trip through local memory): S reads K rows and P V reads V rows from global memory directly.
  * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
  * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
  * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
  */
 #define WG (TR * TC)
-#ifndef DIRECT_V
-#define DIRECT_V 0
-#endif
-#ifndef DIRECT_K
-#define DIRECT_K 0
+#ifndef DIRECT
+#define DIRECT 0
 #endif
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
 #define KS (BC + 1) /* row stride of the transposed K tile */
@@ -115,17 +112,13 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     FCL_PAGE_ROWS(page, seq, k0, BC);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-#if DIRECT_K
+#if DIRECT
     /* S reads K from global memory below. */
 #elif KT
     for (int i = lid; i < BC * DP; i += WG) {
       const int r = i / DP, c = i % DP;
-      float x = 0.0f;
-      if (k0 + r < nk && c < D) {
-        const long off = FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn);
-        x = off >= 0 ? LOAD(k, off + c) : NAN;
-      }
-      KVs[c * KS + r] = x;
+      const long off = FCL_KEY_ROW(page, r, k0 + r, nk, k_sb, k_sn);
+      KVs[c * KS + r] = c < D ? FCL_KEY_LOAD(k, off, c) : 0.0f;
     }
 #else
     LOAD_KEY_TILE(KVs, k, k_sb, k_sn, seq, page, k0, BC);
@@ -135,16 +128,13 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     float s[RM][RN];
     for (int i = 0; i < RM; ++i)
       for (int j = 0; j < RN; ++j) s[i][j] = 0.0f;
-#if DIRECT_K
+#if DIRECT
     {
-      long koff[RN]; /* each key's row, -1 for a block outside the pool, -2 past the sequence's keys */
-      for (int j = 0; j < RN; ++j) {
-        const int r = tc + j * TC;
-        koff[j] = k0 + r < nk ? FCL_KEY_OFFSET(page, r, k0 + r, k_sb, k_sn) : -2;
-      }
+      long koff[RN]; /* each key's row (FCL_KEY_ROW) */
+      for (int j = 0; j < RN; ++j) koff[j] = FCL_KEY_ROW(page, tc + j * TC, k0 + tc + j * TC, nk, k_sb, k_sn);
       for (int d = 0; d < D; ++d) {
         float kd[RN];
-        for (int j = 0; j < RN; ++j) kd[j] = koff[j] >= 0 ? LOAD(k, koff[j] + d) : koff[j] == -1 ? NAN : 0.0f;
+        for (int j = 0; j < RN; ++j) kd[j] = FCL_KEY_LOAD(k, koff[j], d);
         for (int i = 0; i < RM; ++i) {
           const float qd = Qs[(tr * RM + i) * DS + d];
           for (int j = 0; j < RN; ++j) s[i][j] = fma(qd, kd[j], s[i][j]);
@@ -211,7 +201,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       }
       Rsum[r * TC + tc] = part;
     }
-#if !DIRECT_V
+#if !DIRECT
     LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -229,13 +219,10 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       for (int cc = 0; cc < 4; ++cc) {
         const int c = c4 * 4 + cc;
         float vc[DN];
-#if DIRECT_V
+#if DIRECT
         {
-          const long off = k0 + c < nk ? FCL_KEY_OFFSET(page, c, k0 + c, v_sb, v_sn) : -2;
-          for (int n = 0; n < DN; ++n) {
-            const int col = tc + n * TC;
-            vc[n] = off >= 0 && col < D ? LOAD(v, off + col) : off == -1 ? NAN : 0.0f;
-          }
+          const long off = FCL_KEY_ROW(page, c, k0 + c, nk, v_sb, v_sn);
+          for (int n = 0; n < DN; ++n) vc[n] = tc + n * TC < D ? FCL_KEY_LOAD(v, off, tc + n * TC) : 0.0f;
         }
 #else
         for (int n = 0; n < DN; ++n) vc[n] = KVs[c * DS + tc + n * TC];

@@ -51,29 +51,21 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
 
   /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other;
      fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
-  uint64_t r[4][2], m[3][2], sq[4][2];
+  uint64_t r[4][2];
   size_t rows = 0;
   if ((st = fcl_row_count(p, &rows)) || (st = fcl_attention_bytes(p, r))) return st;
-  fcl_modifier_bytes(p, m[0], m[1], m[2]);
-  fcl_sequence_bytes(p, sq);
-  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
-                                 {k, r[1][0], r[1][1], 0, "k"},
-                                 {v, r[2][0], r[2][1], 0, "v"},
-                                 {o, r[3][0], r[3][1], 0, "o"},
-                                 {lse, 0, (uint64_t)rows * sizeof(float), 0, "lse"},
-                                 {d_o, r[3][0], r[3][1], 0, "d_o"},
-                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
-                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
-                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
-                                 {p->cu_q, sq[0][0], sq[0][1], 0, "desc->cu_seqlens_q"},
-                                 {p->cu_k, sq[1][0], sq[1][1], 0, "desc->cu_seqlens_k"},
-                                 {p->seqlens_k, sq[2][0], sq[2][1], 0, "desc->seqlens_k"},
-                                 {d_q, r[0][0], r[0][1], 1, "d_q"},
-                                 {d_k, r[1][0], r[1][1], 1, "d_k"},
-                                 {d_v, r[2][0], r[2][1], 1, "d_v"},
-                                 {workspace, 0, (uint64_t)*ws_floats * sizeof(float), 1, "workspace"},
-                                 {p->d_sinks, 0, (uint64_t)p->heads * sizeof(float), 1, "desc->d_sinks"}};
-  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
+  fcl_buffer_use uses[FCL_INPUT_USES + 8];
+  int n = fcl_input_uses(p, q, k, v, r, uses);
+  const fcl_buffer_use rest[8] = {{o, r[3][0], r[3][1], 0, "o"},
+                                  {lse, 0, (uint64_t)rows * sizeof(float), 0, "lse"},
+                                  {d_o, r[3][0], r[3][1], 0, "d_o"},
+                                  {d_q, r[0][0], r[0][1], 1, "d_q"},
+                                  {d_k, r[1][0], r[1][1], 1, "d_k"},
+                                  {d_v, r[2][0], r[2][1], 1, "d_v"},
+                                  {workspace, 0, (uint64_t)*ws_floats * sizeof(float), 1, "workspace"},
+                                  {p->d_sinks, 0, (uint64_t)p->heads * sizeof(float), 1, "desc->d_sinks"}};
+  for (int i = 0; i < 8; ++i) uses[n++] = rest[i];
+  return fcl_check_aliasing(uses, n);
 }
 
 fcl_status fcl_backward_supported(const fcl_problem *p) {

@@ -11,7 +11,7 @@ static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char
   snprintf(out, size,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s%s",
            (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt,
-           t->direct ? " -DDIRECT_K=1 -DDIRECT_V=1" : "", mods);
+           t->direct ? " -DDIRECT=1" : "", mods);
 }
 
 fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,

@@ -96,7 +96,7 @@ typedef struct fcl_tile_plan {
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in common.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
   int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles
-                       (DIRECT_K, DIRECT_V in flash_fwd.cl: few rows on a CPU) */
+                       (DIRECT in flash_fwd.cl: few rows on a CPU) */
   int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
                        group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
                        rule for the tensor-core kernel) */
@@ -428,6 +428,13 @@ typedef struct fcl_buffer_use {
   int is_output;
   const char *name;
 } fcl_buffer_use;
+
+/* The inputs every attention call reads, for fcl_check_aliasing: q, k, v (byte ranges r from
+   fcl_attention_bytes), the modifiers' buffers and the sequence index buffers (NULL ones are skipped there).
+   Fills out and returns how many (FCL_INPUT_USES). */
+#define FCL_INPUT_USES 10
+int fcl_input_uses(const fcl_problem *p, cl_mem q, cl_mem k, cl_mem v, const uint64_t r[4][2],
+                   fcl_buffer_use out[FCL_INPUT_USES]);
 
 /* Refuses (FCL_ERROR_INVALID_ARGUMENT, "<output> overlaps <other>: ...") any output whose bytes overlap
    another use's: the same buffer, sub-buffers of one parent (or a sub-buffer and its parent), or

@@ -22,24 +22,33 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
   size_t ws_size = 0;
   if (workspace) FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof ws_size, &ws_size, NULL));
   /* The outputs must not share memory with an input or each other. */
-  uint64_t r[4][2], m[3][2], sq[4][2];
+  uint64_t r[4][2];
   if ((st = fcl_attention_bytes(p, r))) return st;
+  fcl_buffer_use uses[FCL_INPUT_USES + 3];
+  int n = fcl_input_uses(p, q, k, v, r, uses);
+  uses[n++] = (fcl_buffer_use){o, r[3][0], r[3][1], 1, "o"};
+  uses[n++] = (fcl_buffer_use){lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"};
+  uses[n++] = (fcl_buffer_use){workspace, 0, ws_size, 1, "workspace"};
+  return fcl_check_aliasing(uses, n);
+}
+
+int fcl_input_uses(const fcl_problem *p, cl_mem q, cl_mem k, cl_mem v, const uint64_t r[4][2],
+                   fcl_buffer_use out[FCL_INPUT_USES]) {
+  uint64_t m[3][2], sq[4][2];
   fcl_modifier_bytes(p, m[0], m[1], m[2]);
   fcl_sequence_bytes(p, sq);
-  const fcl_buffer_use uses[] = {{q, r[0][0], r[0][1], 0, "q"},
-                                 {k, r[1][0], r[1][1], 0, "k"},
-                                 {v, r[2][0], r[2][1], 0, "v"},
-                                 {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
-                                 {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
-                                 {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
-                                 {p->cu_q, sq[0][0], sq[0][1], 0, "desc->cu_seqlens_q"},
-                                 {p->cu_k, sq[1][0], sq[1][1], 0, "desc->cu_seqlens_k"},
-                                 {p->seqlens_k, sq[2][0], sq[2][1], 0, "desc->seqlens_k"},
-                                 {p->block_table, sq[3][0], sq[3][1], 0, "desc->block_table"},
-                                 {o, r[3][0], r[3][1], 1, "o"},
-                                 {lse, 0, (uint64_t)rows * sizeof(float), 1, "lse"},
-                                 {workspace, 0, ws_size, 1, "workspace"}};
-  return fcl_check_aliasing(uses, (int)(sizeof uses / sizeof uses[0]));
+  const fcl_buffer_use uses[FCL_INPUT_USES] = {{q, r[0][0], r[0][1], 0, "q"},
+                                               {k, r[1][0], r[1][1], 0, "k"},
+                                               {v, r[2][0], r[2][1], 0, "v"},
+                                               {p->alibi, m[0][0], m[0][1], 0, "desc->alibi_slopes"},
+                                               {p->mask, m[1][0], m[1][1], 0, "desc->mask"},
+                                               {p->sinks, m[2][0], m[2][1], 0, "desc->sinks"},
+                                               {p->cu_q, sq[0][0], sq[0][1], 0, "desc->cu_seqlens_q"},
+                                               {p->cu_k, sq[1][0], sq[1][1], 0, "desc->cu_seqlens_k"},
+                                               {p->seqlens_k, sq[2][0], sq[2][1], 0, "desc->seqlens_k"},
+                                               {p->block_table, sq[3][0], sq[3][1], 0, "desc->block_table"}};
+  for (int i = 0; i < FCL_INPUT_USES; ++i) out[i] = uses[i];
+  return FCL_INPUT_USES;
 }
 
 fcl_status fcl_set_problem_args(cl_kernel kernel, cl_uint *a, const fcl_problem *p) {

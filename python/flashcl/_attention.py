@@ -340,14 +340,33 @@ def attention(
         raise InvalidArgumentError(f"out has shape {ot.array.shape}; it must have q's, {qt.array.shape}")
     desc.o_stride, desc.o_offset = ot.stride, ot.offset
     lse_arr = _lse_array(lse, desc, queue) if (return_lse or lse is not None) else None
+    return _enqueue(desc, call, qt.array, kt.array, vt.array, out, lse_arr, keep, wait_for, context,
+                    reference=reference, workspace=workspace)
+
+
+def _enqueue(
+    desc: Descriptor,
+    call: _Call,
+    q: cla.Array,
+    k: cla.Array,
+    v: cla.Array,
+    out: cla.Array,
+    lse_arr: Optional[cla.Array],
+    keep: Any,
+    wait_for: Optional[Sequence[cl.Event]],
+    context: Optional[Context],
+    reference: bool = False,
+    workspace: Any = None,
+) -> Union[cla.Array, Tuple[cla.Array, cla.Array]]:
+    """The forward (or reference) call on a filled descriptor: waits on every input's and output's events and
+    puts the call's event on out and lse."""
     call.wait_on(out, lse_arr)
     event = _core.forward(
-        desc, qt.array.base_data, kt.array.base_data, vt.array.base_data, ot.array.base_data,
-        lse_arr.base_data if lse_arr is not None else None,
-        queue=queue, wait_for=list(wait_for or []) + call.events, context=context, reference=reference,
+        desc, q.base_data, k.base_data, v.base_data, out.base_data, lse_arr.base_data if lse_arr is not None else None,
+        queue=call.queue, wait_for=list(wait_for or []) + call.events, context=context, reference=reference,
         workspace=workspace,
     )
-    del keep  # the slopes and sinks uploaded here live until the enqueued work is done (OpenCL retains them)
+    del keep  # buffers uploaded for the call (slopes, sinks, index arrays) live until the enqueued work is done
     out.add_event(event)
     if lse_arr is not None:
         lse_arr.add_event(event)

@@ -16,7 +16,17 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import _core
-from ._attention import _Call, _array, _check_dtype_same, _elements, _lse_array, _modifiers, _queue_of, _tensor
+from ._attention import (
+    _Call,
+    _array,
+    _check_dtype_same,
+    _elements,
+    _enqueue,
+    _lse_array,
+    _modifiers,
+    _queue_of,
+    _tensor,
+)
 from ._core import Context, Descriptor
 from .errors import InvalidArgumentError, UnsupportedError
 
@@ -143,31 +153,6 @@ def _shapes_agree(q_heads: int, q_dim: int, kv_heads: int, kv_dim: int, k_shape:
         raise InvalidArgumentError(
             f"q has {q_heads} heads and {kn}, {vn} have {kv_heads}: the K/V head count must divide the query's (GQA/MQA)"
         )
-
-
-def _enqueue(
-    desc: Descriptor,
-    call: _Call,
-    q: cla.Array,
-    k: cla.Array,
-    v: cla.Array,
-    out: cla.Array,
-    lse_arr: Optional[cla.Array],
-    keep: Any,
-    wait_for: Optional[Sequence[cl.Event]],
-    context: Optional[Context],
-) -> Union[cla.Array, Tuple[cla.Array, cla.Array]]:
-    call.wait_on(out, lse_arr)
-    event = _core.forward(
-        desc, q.base_data, k.base_data, v.base_data, out.base_data, lse_arr.base_data if lse_arr is not None else None,
-        queue=call.queue, wait_for=list(wait_for or []) + call.events, context=context,
-    )
-    del keep  # index arrays and slopes uploaded here live until the enqueued work is done (OpenCL retains them)
-    out.add_event(event)
-    if lse_arr is not None:
-        lse_arr.add_event(event)
-        return out, lse_arr
-    return out
 
 
 def flash_attn_varlen_func(
