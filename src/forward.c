@@ -92,7 +92,7 @@ static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const cha
 
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
   fcl_tile_plan nv;
-  char why[192];
+  char why[sizeof nv.reason];
   if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
     nv.splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, &nv);
     if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
