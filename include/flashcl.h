@@ -231,7 +231,8 @@ typedef enum fcl_operation { FCL_OP_FORWARD, FCL_OP_BACKWARD } fcl_operation;
 typedef struct fcl_plan_info {
   char kernel[64];       /* the kernel variant, e.g. "portable" or "nvidia_mma" */
   char reason[256];      /* why that variant was chosen */
-  int block_q, block_k;  /* query rows per work-group, key rows per tile */
+  int block_q, block_k;  /* query rows per work-group ((query row, head) pairs when a GQA group is packed
+                            into one work-group), key rows per tile */
   int work_group_size;   /* work-items per work-group */
   size_t local_mem_bytes; /* local memory one work-group uses */
   size_t work_groups;    /* work-groups one call launches (all of its kernels' for the backward) */

@@ -55,8 +55,10 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
   }
   char defines[384], mods[160];
   fcl_modifier_defines(p, mods, sizeof mods);
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d%s",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, mods);
+  snprintf(defines, sizeof defines,
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d -DPACK=%d -DSPLIT=%d%s",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, t->pack, t->splits > 1,
+           mods);
   const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel);
   if (st != FCL_SUCCESS) {
     if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
@@ -90,11 +92,11 @@ static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const cha
 
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
   fcl_tile_plan nv;
-  char why[192];
+  char why[sizeof nv.reason];
   if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
+    nv.splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, &nv);
     if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
       *plan = nv;
-      plan->splits = 1;
       return FCL_SUCCESS;
     }
   } else {
@@ -131,8 +133,8 @@ static size_t split_bytes(const fcl_problem *p, int splits) {
 }
 
 
-/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br query rows, times
-   t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
+/* Sets the arguments shared by flash_fwd and flash_fwd_mma and enqueues blocks of t->br rows (query rows, or
+   packed (query row, head) pairs per kv head), times t->splits chunks of keys; with splits > 1 the partials go to part (float32 O, then lse at part_lse_off). */
 static fcl_status enqueue_launch(cl_command_queue queue, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel kernel,
                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem part, cl_long part_lse_off,
                                  cl_uint num_wait, const cl_event *wait, cl_event *event) {

@@ -93,14 +93,15 @@ typedef struct fcl_tile_plan {
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
-  int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in flash_fwd.cl) */
+  int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in common.cl) */
   int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
   int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles
                        (DIRECT in flash_fwd.cl: few rows on a CPU) */
   int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
-                       group (PACK in common.cl) */
+                       group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
+                       rule for the tensor-core kernel) */
   size_t local_bytes;
-  char reason[192];
+  char reason[256];
 } fcl_tile_plan;
 
 /* The largest work-group a plan may use: the device's limits and the kernel's own (0: none). */
@@ -120,8 +121,8 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
 #define FCL_MAX_SPLITS 128
 /* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
    fill the device: the smallest count whose wave efficiency is within 85% of the best (FlashAttention-2's
-   rule), counting two work-groups per compute unit on a GPU and one on a CPU, at most FCL_MAX_SPLITS and
-   the block's key tiles. 1 for kernels that do not split. */
+   rule), counting two work-groups per compute unit on a GPU (two per four warps for the tensor-core kernel's
+   smaller work-groups) and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. */
 struct fcl_problem;
 int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's

@@ -128,9 +128,12 @@ int64_t fcl_forward_grid_heads(const fcl_problem *p, const fcl_tile_plan *t) { r
 int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->group <= 64; }
 
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
-  if (t->kernel != FCL_KERNEL_PORTABLE) return 1;
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
-  const double slots = (double)(caps->compute_units ? caps->compute_units : 1) * (caps->is_cpu ? 1 : 2);
+  /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4
+     warps), one on a CPU; the tensor-core kernel's decode work-groups of fewer warps count by warps. */
+  double per_cu = caps->is_cpu ? 1 : 2;
+  if (t->kernel == FCL_KERNEL_NVIDIA_MMA && t->tr > 0 && t->tr < 4) per_cu *= 4.0 / t->tr;
+  const double slots = (double)(caps->compute_units ? caps->compute_units : 1) * per_cu;
   if (groups >= 0.8 * slots) return 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;

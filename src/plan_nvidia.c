@@ -70,6 +70,19 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   } else {
     first[0] = 4, first[1] = 1, first[2] = 32, first[3] = 0;
   }
+  /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
+     a GQA group share one work-group's tile (GQA packing: K and V are read once per kv head, not once per
+     query head), and a block has just enough warps of one 16-row tile each to cover its rows, with 64-key
+     tiles (32 above head_dim 128) and Q in registers. Split-KV (fcl_plan_splits) then fills the device. */
+  const int64_t rule_rows = (int64_t)first[0] * first[1] * 16;
+  t.pack = p->group > 1 && p->nq < rule_rows;
+  const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
+  if (block_rows < rule_rows && block_rows <= 64) {
+    first[0] = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
+    first[1] = 1;
+    first[2] = p->d <= 128 ? 64 : 32;
+    first[3] = 0;
+  }
   /* Then smaller shapes for devices with less local memory; the compiler keeps 16 bytes for itself. */
   const int shapes[][4] = {{first[0], first[1], first[2], first[3]}, {4, 1, 32, 0}, {4, 1, 16, 0}, {2, 1, 16, 0}};
   int found = 0;
@@ -89,11 +102,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
      H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
   t.kdb = 0;
   snprintf(t.reason, sizeof t.reason,
-           "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d query rows, "
+           "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local",
-           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br, t.bc, t.kdb ? " (K double-buffered)" : "",
-           t.qsmem ? "local memory" : "registers",
-           t.local_bytes);
+           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br,
+           t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
+           t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes);
   *out = t;
   return 0;
 #undef DECLINE

@@ -49,6 +49,17 @@ static int full_cases(fwd_case *list) {
   n = add(list, n, (fwd_case){3, 6, 3, 5, 77, 32, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, per_head});
   const test_mods all = {1.5f, 1, MASK_GGML_F16, 0, 1, 300, -1, 1};
   n = add(list, n, (fwd_case){2, 4, 2, 8, 999, 96, FCL_DTYPE_F32, 0, LAYOUT_PADDED, 0.2f, 1, all});
+  /* f16 and bf16 with GQA at the tensor-core kernel's decode shapes (head_dim 64 to 256, packed tiles of one to
+     four warps): on NVIDIA it packs a group's query heads into one tile as the portable kernel does, so each
+     row must keep its own position, ALiBi slope, mask row and sink (per-head slopes and masks). */
+  const test_mods mma_head = {1.5f, 2, MASK_HEAD_BF16, 1, 1, 300, -1, 1}, causal_mods = {0, 1, MASK_FULL_F32, 0, 0, 0, 0, 1};
+  const test_mods band = {0, 0, 0, 0, 1, 100, 0, 0}, ggml = {0, 0, MASK_GGML_F16, 0, 0, 0, 0, 1};
+  const test_mods near = {0, 1, 0, 0, 1, 50, 3, 0};
+  n = add(list, n, (fwd_case){2, 8, 2, 3, 700, 128, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1, mma_head});
+  n = add(list, n, (fwd_case){1, 12, 3, 5, 2000, 64, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1, causal_mods});
+  n = add(list, n, (fwd_case){1, 16, 2, 16, 1500, 64, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 0, 1, band});
+  n = add(list, n, (fwd_case){2, 8, 1, 2, 3001, 256, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 1, ggml});
+  n = add(list, n, (fwd_case){1, 8, 2, 7, 999, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1, near});
   return n;
 }
 

@@ -89,6 +89,36 @@ static void planner_cases(void) {
   small.local_mem_size = 8 << 10;
   r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
+
+  /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
+     for up to 16 rows), the keys split to fill the device; no packing without GQA or with many query rows. */
+  fcl_device_caps h200 = nv;
+  h200.compute_units = 132;
+  static const struct {
+    int64_t b, h, hkv, nq, nk, d;
+    int pack, br, split;
+  } dec[] = {{1, 32, 8, 1, 32768, 128, 1, 16, 1},  {1, 32, 8, 4, 16384, 128, 1, 16, 1},
+             {1, 32, 8, 16, 4096, 64, 1, 64, 1},   {1, 32, 32, 1, 131072, 128, 0, 16, 1},
+             {4, 32, 8, 100, 4096, 128, 0, 64, 1}, {32, 32, 8, 1, 4096, 256, 1, 16, 1}};
+  for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = dec[i].b, desc.num_heads = dec[i].h, desc.num_kv_heads = dec[i].hkv;
+    desc.seqlen_q = dec[i].nq, desc.seqlen_k = dec[i].nk, desc.head_dim = dec[i].d, desc.dtype = FCL_DTYPE_F16;
+    fcl_problem dp;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, &t) : -1;
+    const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
+    const int64_t groups = r == 0 ? fcl_forward_row_blocks(&dp, &t) * fcl_forward_grid_heads(&dp, &t) * dp.batch : 0;
+    const int64_t want_blocks = (dec[i].nq * (dec[i].pack ? dec[i].h / dec[i].hkv : 1) + dec[i].br - 1) / dec[i].br;
+    check(r == 0 && t.pack == dec[i].pack && t.br == dec[i].br && t.local_bytes <= h200.local_mem_size &&
+              fcl_forward_row_blocks(&dp, &t) == want_blocks &&
+              fcl_forward_grid_heads(&dp, &t) == (dec[i].pack ? dec[i].hkv : dec[i].h) &&
+              (splits > 1) == (dec[i].split && groups < 132 * 8 * 4 / t.tr / 5) && splits <= FCL_MAX_SPLITS,
+          "planner: decode B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld on 132 units: %s, %d rows a block, %d "
+          "chunks over %lld work-groups: %s",
+          (long long)dec[i].b, (long long)dec[i].h, (long long)dec[i].hkv, (long long)dec[i].nq, (long long)dec[i].nk,
+          (long long)dec[i].d, t.pack ? "packed" : "not packed", t.br, splits, (long long)groups, t.reason);
+  }
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */

@@ -12,11 +12,22 @@
  * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up
  * to 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
  * bank conflicts), NW, MT, BC, QSMEM. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
- * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. It does not split keys
- * (the host plans one split for it; FCL_SPLIT_ARGS are unused). The host takes this
+ * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
  * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
  * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
- * reads nothing); query rows beyond seqlen_q are computed on zeros and never written.
+ * reads nothing); tile rows beyond the problem's are computed on zeros and never written.
+ *
+ * SPLIT 1 (split-KV, common.cl): the launch's first dimension also covers `splits` chunks of whole key tiles
+ * of each row block's visible keys (fcl_split_keys, as the portable kernel cuts them); each work-group writes
+ * its rows' partial O (float32, normalised by its own sum) and lse, without the sink, into part_o / part_lse
+ * for combine.cl.
+ *
+ * PACK 1 (GQA packing for few query rows, common.cl's ROW_I, ROW_HEAD and ROW_OFF as the portable kernel
+ * uses them): a work-group owns a kv head, and the rows of its tile are the (query row i, head) pairs of the
+ * heads that share it, packed r = i * group + hg (head hk * group + hg), so K and V are read once for the
+ * whole group. Every row keeps its own i for the window, causal position and
+ * mask row, and its own head for ALiBi, the mask and the sink; a block's key range runs from the first
+ * key of its first i to the last of its last i (r / group grows with r).
  *
  * Accumulator fragment of one m16n8 tile, lane = 4 g + t: c0 c1 at row g, columns 2t and 2t+1; c2 c3 at
  * row g + 8. So each lane holds two rows of S (hr = 0: row g, hr = 1: row g + 8), and the four lanes of a
@@ -52,9 +63,11 @@
 #define QOFF ((2 + KDB) * TILE)                 /* the Q tile [BR][DS] after the K and V tiles */
 #define KVQ ((2 + KDB) * TILE + QSMEM * BR * DS) /* elements: K and V tiles (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
-
 #if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
 #error "flash_fwd_mma: inconsistent tile defines"
+#endif
+#if VARLEN_Q || KV || SEQLENS_K
+#error "flash_fwd_mma: dense tensors only (the planner declines packed and paged sequences; FCL_SEQ_ARGS are unused)"
 #endif
 
 /* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
@@ -159,23 +172,45 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #ifndef CAUSAL_FIRST_LONGEST
 #define CAUSAL_FIRST_LONGEST 1
 #endif
+#if SPLIT
+  /* Work-group (chunk split, row block gq). */
+  const int blocks = (int)get_num_groups(0) / splits;
+  const int split = (int)get_group_id(0) / blocks, gq = (int)get_group_id(0) % blocks;
+  const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? blocks - 1 - gq : gq;
+#else
   const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
                                                         : (int)get_group_id(0);
+#endif
   const int q0 = qb * BR;
+#if PACK
+  const int hk = get_group_id(1), h = hk * group; /* h: the group's first head */
+  const int b = get_group_id(2);
+  const int nrows = nq * group;
+#else
   const int h = get_group_id(1);
   const int b = get_group_id(2);
   const int hk = h / group;
+  const int nrows = nq;
+#endif
 
   q += q_off + b * q_sb + h * q_sh;
   k += k_off + b * k_sb + hk * k_sh;
   v += v_off + b * v_sb + hk * v_sh;
   o += o_off + b * o_sb + h * o_sh;
 
-  /* The keys the block's rows see: tiles outside the window are never loaded. */
+  /* The keys the block's rows see: tiles outside the window are never loaded. The window and causal bounds
+     do not depend on the head, so mods serves every row for them. */
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
-  const int last_row = min(q0 + BR, nq) - 1;
-  const int kv_begin = fcl_key_begin(&mods, q0), kv_end = fcl_key_end(&mods, last_row, nk);
+  const int last_row = min(q0 + BR, nrows) - 1;
+  const int i_first = ROW_I(q0), i_last = ROW_I(last_row);
+#if SPLIT
+  /* Split-KV: this work-group's chunk of them. */
+  const int2 keys = fcl_split_keys(fcl_key_begin(&mods, i_first), fcl_key_end(&mods, i_last, nk), BC, split, splits);
+  const int kv_begin = keys.x, kv_end = keys.y;
+#else
+  const int kv_begin = fcl_key_begin(&mods, i_first), kv_end = fcl_key_end(&mods, i_last, nk);
+#endif
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
 
   const int wrow = warp * MT * 16;
@@ -187,8 +222,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     const int c = lid + i * WG;
     if ((BR * CH) % WG == 0 || c < BR * CH) {
       const int r = c / CH, cc = c % CH;
-      const bool ok = q0 + r < nq && cc * 8 < D;
-      CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + (long)(q0 + r) * q_sn + cc * 8 : q, ok ? 16 : 0);
+      const bool ok = q0 + r < nrows && cc * 8 < D;
+      CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * 8 : q, ok ? 16 : 0);
     }
   }
   if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, kv_begin, nk, lid);
@@ -202,14 +237,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
-    __global const store_t *p0 = q + (long)r0 * q_sn, *p1 = q + (long)r1 * q_sn;
+    __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
-      qa[mt][kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
-      qa[mt][kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
-      qa[mt][kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
-      qa[mt][kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
+      qa[mt][kk][0] = r0 < nrows && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
+      qa[mt][kk][1] = r1 < nrows && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
+      qa[mt][kk][2] = r0 < nrows && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
+      qa[mt][kk][3] = r1 < nrows && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
     }
   }
 #endif
@@ -230,6 +265,18 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
      into the exponent (su = sl2; scale > 0, so the raw maximum is the scaled one). */
 #define SCORE_MODS (SOFTCAP || ALIBI || MASK)
   const float su = SCORE_MODS ? 1.0f : sl2;
+#if PACK && (ALIBI || MASK)
+  /* Packed rows of different heads: each row's own ALiBi slope and mask (a padding row's head is still a
+     head of the group; its mask is never read, fcl_score hides it first). */
+  fcl_mods rmods[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) FCL_MODS_INIT(rmods[mt][hr], b, ROW_HEAD(q0 + wrow + mt * 16 + g + hr * 8), nq, nk);
+#define ROW_MODS(mt, hr) (&rmods[mt][hr])
+#else
+#define ROW_MODS(mt, hr) (&mods)
+#endif
 
   /* Per-lane ldmatrix row addresses. K (B of Q K^T, no transpose): matrices (keys 0-7, d 0-7),
      (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) give b0b1, b2b3 of two n8 tiles.
@@ -282,7 +329,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 
     /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
        never written); with modifiers, every score goes through the mask layer in log2 units. */
-    if (SCORE_MODS || fcl_tile_masked(&mods, q0, last_row, k0, BC, nk)) {
+    if (SCORE_MODS || fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -291,8 +338,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           for (int e = 0; e < 4; ++e) {
             const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
             const int col = k0 + i * 8 + 2 * t + (e & 1);
-            s[mt][i][e] = SCORE_MODS ? fcl_score(&mods, s[mt][i][e] * sl2, row, col, nq, nk)
-                                     : (fcl_visible(&mods, row, col, nk) ? s[mt][i][e] : -INFINITY);
+            s[mt][i][e] = SCORE_MODS ? fcl_score(ROW_MODS(mt, e >> 1), s[mt][i][e] * sl2, ROW_I(row), col, nq, nk)
+                                     : (fcl_visible(&mods, ROW_I(row), col, nk) ? s[mt][i][e] : -INFINITY);
           }
     }
 
@@ -390,6 +437,29 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       l[mt][hr] += fcl_shfl_xor1(l[mt][hr]);
       l[mt][hr] += fcl_shfl_xor2(l[mt][hr]);
     }
+#if SPLIT
+  CP_ASYNC_WAIT_ALL(); /* the Q copy of a chunk without key tiles may still be in flight */
+  /* A chunk's partial result, straight from the accumulators; the combine adds the sink and normalises
+     across chunks. part row (split, b, head, i). */
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = q0 + wrow + mt * 16 + g + hr * 8;
+      if (row < nrows) {
+        const long prow = (((long)split * get_num_groups(2) + b) * num_heads + ROW_HEAD(row)) * nq + ROW_I(row);
+        const float inv = l[mt][hr] == 0.0f ? 0.0f : 1.0f / l[mt][hr];
+#pragma unroll
+        for (int i = 0; i < OT; ++i)
+          if (i * 8 < D)
+            *(__global float2 *)(part_o + prow * D + i * 8 + 2 * t) =
+                (float2)(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv); /* 8-byte aligned: D is even */
+        if (t == 0)
+          part_o[part_lse_off + prow] = l[mt][hr] == 0.0f ? -INFINITY : (m[mt][hr] * su + log2(l[mt][hr])) * FCL_LN2;
+      }
+    }
+  return;
+#endif
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles; no copy is in flight */
   __local ushort *Os = Ks;
 #pragma unroll
@@ -400,7 +470,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       float m2 = m[mt][hr] * su, c = 1.0f; /* the row's maximum in log2 units; O's factor from the sink */
 #if SINKS
       /* The sink joins the denominator once: l' = l 2^(m - m') + 2^(sink - m'), m' = max(m, sink). */
-      const float sink = FCL_SINK(h), mf = fmax(m2, sink);
+      const float sink = FCL_SINK(ROW_HEAD(q0 + rl)), mf = fmax(m2, sink);
       if (mf != -INFINITY) {
         c = exp2(m2 - mf);
         l[mt][hr] = l[mt][hr] * c + exp2(sink - mf);
@@ -414,8 +484,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
             fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
       const int row = q0 + rl;
-      if (lse && t == 0 && row < nq)
-        lse[((long)b * num_heads + h) * nq + row] =
+      if (lse && t == 0 && row < nrows)
+        lse[((long)b * num_heads + ROW_HEAD(row)) * nq + ROW_I(row)] =
             l[mt][hr] == 0.0f ? -INFINITY : (m2 + log2(l[mt][hr])) * FCL_LN2;
     }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -424,7 +494,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     const int c = lid + i * WG;
     const int r = c / CH, cc = c % CH;
     const int row = q0 + r;
-    if (c < BR * CH && row < nq && cc * 8 < D)
-      *(__global uint4 *)(o + (long)row * o_sn + cc * 8) = *(__local const uint4 *)(Os + r * DS + cc * 8);
+    if (c < BR * CH && row < nrows && cc * 8 < D)
+      *(__global uint4 *)(o + ROW_OFF(row, o_sh, o_sn) + cc * 8) = *(__local const uint4 *)(Os + r * DS + cc * 8);
   }
 }

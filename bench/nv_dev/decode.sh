@@ -1,0 +1,60 @@
+#!/bin/bash
+# Decode run of issue 12 on the GPU machine (figures in docs/notes-nvidia.md, v7, and docs/benchmarks.md).
+# Run from the repository root after building the library and tools into $BUILD (default /tmp/b); logs go
+# to $OUT (or /tmp/nv_decode). Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
+# usage: bash bench/nv_dev/decode.sh [verbose] [tests] [sweep] [compare]
+#   verbose  -cl-nv-verbose registers/spills of the decode kernel shapes (bench/nv_dev/nvbuild.c builds one
+#            program and prints its log)
+#   tests    test_variant, test_decode (planner's splits, then FLASHCL_FORWARD_SPLITS=5 and 100), test_forward
+#   sweep    flashcl-bench on three batch-1 rows with FLASHCL_FORWARD_SPLITS forced to 8..128 (0: the planner)
+#   compare  bench/compare_torch.py --decode: the six rows beside PyTorch SDPA
+set -uo pipefail
+out=${OUT:-/tmp/nv_decode}; mkdir -p "$out"
+b=${BUILD:-/tmp/b}
+export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200} FLASHCL_CACHE_DIR=${FLASHCL_CACHE_DIR:-/tmp/fcl-cache}
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; date -u; } | tee "$out/device.txt"
+summary=""
+for step in "$@"; do
+  t0=$(date +%s)
+  case $step in
+    verbose)
+      gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/nvbuild || continue
+      base="-cl-nv-verbose -DDTYPE=1 -DD=128 -DDP=128 -DDS=136 -DQSMEM=0 -DKDB=0 -DWINDOW=0"
+      for shape in "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1" "-DNW=1 -DMT=1 -DBC=64 -DPACK=0 -DSPLIT=1" \
+                   "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1 -DALIBI=1 -DMASK=2 -DSOFTCAP=1 -DWINDOW=2" \
+                   "-DNW=4 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=0" "-DNW=2 -DMT=2 -DBC=32 -DQSMEM=1 -DPACK=0 -DSPLIT=0"; do
+        echo "== $shape" >>"$out/verbose.log"
+        /tmp/nvbuild "$base $shape" cl/common.cl cl/nvidia/flash_fwd_mma.cl 2>&1 | grep -iE "rc=|registers|spill|error" >>"$out/verbose.log"
+      done
+      summary+=$'\n'"verbose: $(grep -c 'Used' "$out/verbose.log") builds reported"$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' | head -20)" ;;
+    tests)
+      timeout 120 "$b/tests/test_variant" >"$out/variant.log" 2>&1
+      timeout 150 "$b/tests/test_decode" >"$out/decode.log" 2>&1
+      FLASHCL_FORWARD_SPLITS=5 timeout 150 "$b/tests/test_decode" >"$out/decode_split5.log" 2>&1
+      FLASHCL_FORWARD_SPLITS=100 timeout 150 "$b/tests/test_decode" >"$out/decode_split100.log" 2>&1
+      timeout 200 "$b/tests/test_forward" >"$out/forward.log" 2>&1
+      for l in variant decode decode_split5 decode_split100 forward; do
+        summary+=$'\n'"$l: $(grep -E 'passed, .* failed' "$out/$l.log" | tail -1)"
+        summary+="$(grep -E '^FAIL' "$out/$l.log" | head -5 | sed 's/^/\n  /')"
+      done ;;
+    sweep)
+      for row in "1 32 8 1 4096" "1 32 8 1 32768" "1 32 32 1 131072"; do
+        set -- $row
+        line="sweep B=$1 H=$2 Hkv=$3 Q=$4 N=$5 (splits: median us, K+V GB/s):"
+        for s in 0 8 16 32 64 128; do
+          r=$(FLASHCL_FORWARD_SPLITS=$s "$b/tools/flashcl-bench" --json --device H200 --dtype f16 --batch $1 --heads $2 \
+                --kv-heads $3 --seqlen-q $4 --seqlen $5 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
+                --warmup 3 2>>"$out/sweep.err" | python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print("%.1f/%.0f" % (r["median_ms"]*1e3, r["kv_gbps"]) if r["status"]=="ok" else r["status"])')
+          line+=" $s: $r;"
+        done
+        echo "$line" >>"$out/sweep.log"
+      done
+      summary+=$'\n'"$(cat "$out/sweep.log")" ;;
+    compare)
+      PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare_torch.py --flashcl-bench "$b/tools/flashcl-bench" --device H200 \
+        --decode --json "$out/decode.jsonl" >"$out/compare.log" 2>"$out/compare.err"
+      summary+=$'\n'"$(cat "$out/compare.log")" ;;
+  esac
+  summary+=$'\n'"[$step: $(( $(date +%s) - t0 )) s]"
+done
+echo "$summary"
