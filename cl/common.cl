@@ -26,6 +26,10 @@ inline ushort fcl_float_to_bf16(float x) {
   return (ushort)(u >> 16);
 }
 
+/* NaN or +-inf, from the bits: stays right under -cl-finite-math-only or -cl-fast-relaxed-math in the caller's
+   build options, which let isfinite() fold to true. */
+inline bool fcl_nonfinite(float x) { return (as_uint(x) & 0x7f800000u) == 0x7f800000u; }
+
 #define FCL_LOG2E 1.4426950408889634f
 #define FCL_LN2 0.6931471805599453f
 

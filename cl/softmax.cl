@@ -21,10 +21,6 @@
  * Defines: DTYPE (common.cl) for the conversions; WG, a power of two, for the softmax work-group.
  */
 
-/* NaN or +-inf, from the bits: stays right under -cl-finite-math-only or -cl-fast-relaxed-math in the caller's
-   build options, which let isfinite() fold to true. */
-inline bool fcl_nonfinite(float x) { return (as_uint(x) & 0x7f800000u) == 0x7f800000u; }
-
 /* Element offset of query row i < s->nq of sequence b, head h, in q or o (offset and strides of that tensor). */
 inline long fcl_ref_query_offset(const fcl_seq *s, long b, long h, int i, long off, long sb, long sh, long sn) {
   return off + (VARLEN_Q ? (s->q_row + i) * sn : b * sb + (long)i * sn) + h * sh;

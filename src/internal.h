@@ -120,9 +120,10 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
 /* The most chunks split-KV cuts a block's keys into. */
 #define FCL_MAX_SPLITS 128
 /* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
-   fill the device: the smallest count whose wave efficiency is within 85% of the best (FlashAttention-2's
-   rule), counting two work-groups per compute unit on a GPU (two per four warps for the tensor-core kernel's
-   smaller work-groups) and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. */
+   fill the device. The portable kernel: the smallest count whose wave efficiency is within 85% of the best
+   (FlashAttention-2's rule), counting two work-groups per compute unit on a GPU and one on a CPU, at most
+   FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four warps a compute unit, chunks
+   of at least four tiles (plan.c says why). */
 struct fcl_problem;
 int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's

@@ -129,15 +129,26 @@ int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->
 
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
-  /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4
-     warps), one on a CPU; the tensor-core kernel's decode work-groups of fewer warps count by warps. */
-  double per_cu = caps->is_cpu ? 1 : 2;
-  if (t->kernel == FCL_KERNEL_NVIDIA_MMA && t->tr > 0 && t->tr < 4) per_cu *= 4.0 / t->tr;
-  const double slots = (double)(caps->compute_units ? caps->compute_units : 1) * per_cu;
-  if (groups >= 0.8 * slots) return 1;
+  const double cus = caps->compute_units ? caps->compute_units : 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
+  if (t->kernel == FCL_KERNEL_NVIDIA_MMA) {
+    /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
+       loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
+       compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
+       warps), halved while a chunk would hold fewer than four tiles: within 14% of the best count on the six
+       decode rows measured, within 2% on five of them. */
+    const double want = 4.0 * cus / (groups * (t->tr > 0 ? t->tr : 1));
+    if (want <= 1) return 1;
+    int s = 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
+    while (s > 1 && tiles < 4LL * s) s /= 2;
+    return s < FCL_MAX_SPLITS ? s : FCL_MAX_SPLITS;
+  }
+  /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4
+     warps), one on a CPU. */
+  const double slots = cus * (caps->is_cpu ? 1 : 2);
+  if (groups >= 0.8 * slots) return 1;
   int max_splits = FCL_MAX_SPLITS;
   if (tiles < max_splits) max_splits = (int)tiles;
   if (slots < max_splits) max_splits = (int)slots;

@@ -91,15 +91,18 @@ static void planner_cases(void) {
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
-     for up to 16 rows), the keys split to fill the device; no packing without GQA or with many query rows. */
+     for up to 16 rows), the keys split to fill the device with about four warps a unit in chunks of at least
+     four tiles (the counts the H200's sweep found best or near it); no packing without GQA or with many query
+     rows. */
   fcl_device_caps h200 = nv;
   h200.compute_units = 132;
   static const struct {
     int64_t b, h, hkv, nq, nk, d;
-    int pack, br, split;
-  } dec[] = {{1, 32, 8, 1, 32768, 128, 1, 16, 1},  {1, 32, 8, 4, 16384, 128, 1, 16, 1},
-             {1, 32, 8, 16, 4096, 64, 1, 64, 1},   {1, 32, 32, 1, 131072, 128, 0, 16, 1},
-             {4, 32, 8, 100, 4096, 128, 0, 64, 1}, {32, 32, 8, 1, 4096, 256, 1, 16, 1}};
+    int pack, br, splits;
+  } dec[] = {{1, 32, 8, 1, 32768, 128, 1, 16, 64}, {1, 32, 8, 4, 16384, 128, 1, 16, 64},
+             {1, 32, 8, 1, 4096, 128, 1, 16, 16},  {1, 32, 8, 16, 4096, 64, 1, 64, 16},
+             {1, 32, 32, 1, 131072, 128, 0, 16, 16}, {8, 32, 8, 1, 8192, 128, 1, 16, 8},
+             {4, 32, 8, 100, 4096, 128, 0, 64, 1}, {32, 32, 8, 1, 4096, 256, 1, 16, 2}};
   for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -113,11 +116,12 @@ static void planner_cases(void) {
     check(r == 0 && t.pack == dec[i].pack && t.br == dec[i].br && t.local_bytes <= h200.local_mem_size &&
               fcl_forward_row_blocks(&dp, &t) == want_blocks &&
               fcl_forward_grid_heads(&dp, &t) == (dec[i].pack ? dec[i].hkv : dec[i].h) &&
-              (splits > 1) == (dec[i].split && groups < 132 * 8 * 4 / t.tr / 5) && splits <= FCL_MAX_SPLITS,
+              splits == dec[i].splits,
           "planner: decode B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld on 132 units: %s, %d rows a block, %d "
-          "chunks over %lld work-groups: %s",
+          "chunks (want %d) over %lld work-groups: %s",
           (long long)dec[i].b, (long long)dec[i].h, (long long)dec[i].hkv, (long long)dec[i].nq, (long long)dec[i].nk,
-          (long long)dec[i].d, t.pack ? "packed" : "not packed", t.br, splits, (long long)groups, t.reason);
+          (long long)dec[i].d, t.pack ? "packed" : "not packed", t.br, splits, dec[i].splits, (long long)groups,
+          t.reason);
   }
 }
 

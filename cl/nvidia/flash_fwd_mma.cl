@@ -437,6 +437,53 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       l[mt][hr] += fcl_shfl_xor1(l[mt][hr]);
       l[mt][hr] += fcl_shfl_xor2(l[mt][hr]);
     }
+
+  /* A NaN or inf in a V row that some row does not see reaches that row's O as 0 * inf: the tensor cores
+     multiply every entry of P, zero or not. Finite inputs never make an accumulator non-finite (|O| is at
+     most l max|V|), so a warp whose accumulators are all finite goes on after one vote. Otherwise each of its
+     rows with a non-finite accumulator is computed again in float32 from global memory, over the same keys
+     and with the same final maximum, adding p V only where p != 0 (as the portable kernel does): slow, and
+     taken only for non-finite inputs. */
+  int nonfinite = 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < OT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(acc[mt][i][e]);
+  if (fcl_warp_any(nonfinite)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        int bad = 0;
+#pragma unroll
+        for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[mt][i][2 * hr]) | fcl_nonfinite(acc[mt][i][2 * hr + 1]);
+        bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
+        bad |= as_int(fcl_shfl_xor2(as_float(bad)));
+        const int row = q0 + wrow + mt * 16 + g + hr * 8;
+        if (!bad || row >= nrows) continue;
+        __global const store_t *qr = q + ROW_OFF(row, q_sh, q_sn);
+        const float mu = m[mt][hr] == -INFINITY ? 0.0f : m[mt][hr] * su;
+#pragma unroll
+        for (int i = 0; i < OT; ++i) acc[mt][i][2 * hr] = acc[mt][i][2 * hr + 1] = 0.0f;
+        for (int c = kv_begin; c < kv_end; ++c) {
+          __global const store_t *kr = k + (long)c * k_sn, *vr = v + (long)c * v_sn;
+          float x = 0.0f;
+          for (int d = 0; d < D; ++d) x = fma(LOAD(qr, d), LOAD(kr, d), x);
+          x = SCORE_MODS ? fcl_score(ROW_MODS(mt, hr), x * sl2, ROW_I(row), c, nq, nk)
+                         : (fcl_visible(&mods, ROW_I(row), c, nk) ? x : -INFINITY);
+          const float p = native_exp2(fma(x, su, -mu));
+          if (p != 0.0f)
+#pragma unroll
+            for (int i = 0; i < OT; ++i)
+              if (i * 8 + 2 * t < D) {
+                acc[mt][i][2 * hr] = fma(p, LOAD(vr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
+                acc[mt][i][2 * hr + 1] = fma(p, LOAD(vr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
+              }
+        }
+      }
+  }
 #if SPLIT
   CP_ASYNC_WAIT_ALL(); /* the Q copy of a chunk without key tiles may still be in flight */
   /* A chunk's partial result, straight from the accumulators; the combine adds the sink and normalises
