@@ -249,6 +249,13 @@ inline int2 fcl_key_block(const fcl_seq *s, int j) {
   return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - e * s->block_size);
 }
 
+/* Paged keys: the element offset of key j < s->nk from the (pool, kv head) base of K or V (sb: the pool's block
+   stride, sn: its row stride), or -1 for a key of a block outside the pool. */
+inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {
+  const int2 kb = fcl_key_block(s, j);
+  return kb.x >= 0 ? (long)kb.x * sb + (long)kb.y * sn : -1L;
+}
+
 /* A tile's key rows j0 .. j0 + rows - 1 resolved once for its K and V loads: with KV 2 each row's block and
    row in the block go to local `page` (int2 [rows]; the caller synchronises before reading it); otherwise
    nothing is needed (row j is j * row stride from the sequence's base). */

@@ -39,7 +39,6 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
     DECLINE("tensor-core kernel: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
   if (p->dtype != FCL_DTYPE_F16 && p->dtype != FCL_DTYPE_BF16) DECLINE("tensor-core kernel: f16 and bf16 only");
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
-  if (fcl_problem_sequences(p)) DECLINE("tensor-core kernel: packed or paged sequences are not supported yet");
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core kernel: scale must be positive and finite");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core kernel: sequence too long");
   /* The kernel forms offsets within a tile (at most 256 rows) in 32 bits. */

@@ -73,6 +73,8 @@ typedef struct result {
   double median_ms, min_ms, max_ms, tflops;
   double kv_gbps; /* bytes of K and V in the inputs per median time, GB/s */
   size_t extra_bytes;
+  char kernel[64]; /* flash: the forward's variant and split-KV chunks (fcl_describe_plan) */
+  int splits;
   const char *timer;
   double max_diff; /* reference rows: max |O_flash - O_reference| when both ran; < 0: not compared */
 } result;
@@ -542,7 +544,14 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const te
   r->timer = "events";
   if (impl == IMPL_REFERENCE) r->extra_bytes = fcl_reference_scratch_bytes(b->fcl, desc);
   if (impl == IMPL_BACKWARD) r->extra_bytes = fcl_attention_backward_workspace_size(b->fcl, desc);
-  if (impl == IMPL_FLASH) r->extra_bytes = fcl_attention_forward_workspace_size(b->fcl, desc); /* split-KV partials */
+  if (impl == IMPL_FLASH) {
+    r->extra_bytes = fcl_attention_forward_workspace_size(b->fcl, desc); /* split-KV partials */
+    fcl_plan_info info;
+    if (fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &info) == FCL_SUCCESS) {
+      snprintf(r->kernel, sizeof r->kernel, "%s", info.kernel);
+      r->splits = info.splits;
+    }
+  }
   double *times = malloc(sizeof(double) * (size_t)o->iters);
   int wall = 0;
   for (int i = 0; i < o->warmup + o->iters; ++i) {
@@ -659,6 +668,8 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
     if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
     if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
     if (o->bnhd) printf(",\"layout\":\"bnhd\"");
+    if (o->paged) printf(",\"paged\":%lld", o->paged);
+    if (r->kernel[0]) printf(",\"kernel\":\"%s\",\"splits\":%d", r->kernel, r->splits);
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
              "\"timer\":\"%s\"",

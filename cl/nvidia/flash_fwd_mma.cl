@@ -29,6 +29,12 @@
  * mask row, and its own head for ALiBi, the mask and the sink; a block's key range runs from the first
  * key of its first i to the last of its last i (r / group grows with r).
  *
+ * Sequences (common.cl's VARLEN_Q, KV, SEQLENS_K): each work-group takes its sequence's lengths and rows;
+ * packed K/V (KV 1) shift the base, paged K/V (KV 2) resolve each key row's pool block as its tile loads
+ * (fcl_key_offset). A key of a block outside the pool is read as NaN, so exactly the rows that see it become
+ * NaN; a sequence whose key indices do not fit gets NaN O and lse; one whose query rows do not fit is not
+ * written.
+ *
  * Accumulator fragment of one m16n8 tile, lane = 4 g + t: c0 c1 at row g, columns 2t and 2t+1; c2 c3 at
  * row g + 8. So each lane holds two rows of S (hr = 0: row g, hr = 1: row g + 8), and the four lanes of a
  * quad together hold a row: row maxima and sums reduce over the quad with shfl.bfly 1 and 2.
@@ -65,9 +71,6 @@
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
 #if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
 #error "flash_fwd_mma: inconsistent tile defines"
-#endif
-#if VARLEN_Q || KV || SEQLENS_K
-#error "flash_fwd_mma: dense tensors only (the planner declines packed and paged sequences; FCL_SEQ_ARGS are unused)"
 #endif
 
 /* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
@@ -136,17 +139,34 @@ inline float fcl_shfl_xor2(float x) {
   return r;
 }
 
-/* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. */
-inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, int k0, int nk, int lid) {
+/* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. With
+   paged keys (KV 2) src is the (pool, kv head) base and each row's block is looked up (sb: the pool's block
+   stride); a row of a block outside the pool is filled with NaN. */
+#if DTYPE == 1
+#define NAN2 0x7e007e00u /* two f16 NaNs */
+#else
+#define NAN2 0x7fc07fc0u /* two bf16 NaNs */
+#endif
+inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sb, long sn, const fcl_seq *seq,
+                          int k0, int nk, int lid) {
 #pragma unroll
   for (int i = 0; i < (BC * CH + WG - 1) / WG; ++i) {
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
-      const bool ok = k0 + r < nk && cc * 8 < D;
+      bool ok = k0 + r < nk && cc * 8 < D;
+#if KV == 2
+      const long off = ok ? fcl_key_offset(seq, k0 + r, sb, sn) : 0;
+      if (off < 0) {
+        *(__local uint4 *)(dst + r * DS + cc * 8) = (uint4)(NAN2, NAN2, NAN2, NAN2);
+        continue;
+      }
+      __global const store_t *s = ok ? src + off + cc * 8 : src;
+#else
       /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
          per-chunk offsets that the compiler hoists out of the key loop at one register each. */
       __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * 8) : src;
+#endif
       CP_ASYNC16(dst + r * DS + cc * 8, s, ok ? 16 : 0);
     }
   }
@@ -160,7 +180,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long k_off, long k_sb, long k_sh, long k_sn,
                    long v_off, long v_sb, long v_sh, long v_sn,
                    long o_off, long o_sb, long o_sh, long o_sn,
-                   int num_heads, int group, int nq, int nk, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS, FCL_SPLIT_ARGS) {
+                   int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS,
+                   FCL_SPLIT_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;
@@ -176,27 +197,29 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* Work-group (chunk split, row block gq). */
   const int blocks = (int)get_num_groups(0) / splits;
   const int split = (int)get_group_id(0) / blocks, gq = (int)get_group_id(0) % blocks;
-  const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? blocks - 1 - gq : gq;
+  const int qb = win_right < nq_max && CAUSAL_FIRST_LONGEST ? blocks - 1 - gq : gq;
 #else
-  const int qb = win_right < nq && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
-                                                        : (int)get_group_id(0);
+  const int qb = win_right < nq_max && CAUSAL_FIRST_LONGEST ? (int)get_num_groups(0) - 1 - (int)get_group_id(0)
+                                                            : (int)get_group_id(0);
 #endif
   const int q0 = qb * BR;
 #if PACK
   const int hk = get_group_id(1), h = hk * group; /* h: the group's first head */
-  const int b = get_group_id(2);
-  const int nrows = nq * group;
 #else
-  const int h = get_group_id(1);
-  const int b = get_group_id(2);
-  const int hk = h / group;
-  const int nrows = nq;
+  const int h = get_group_id(1), hk = h / group;
 #endif
+  const int b = get_group_id(2);
 
-  q += q_off + b * q_sb + h * q_sh;
-  k += k_off + b * k_sb + hk * k_sh;
-  v += v_off + b * v_sb + hk * v_sh;
-  o += o_off + b * o_sb + h * o_sh;
+  /* This sequence's lengths and rows (common.cl); a block past its last row has nothing to do. */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  const int nq = seq.nq, nk = seq.nk;
+  const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
+  if (q0 >= nrows) return;
+  q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+  o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
+  k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
+  v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
 
   /* The keys the block's rows see: tiles outside the window are never loaded. The window and causal bounds
      do not depend on the head, so mods serves every row for them. */
@@ -207,10 +230,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if SPLIT
   /* Split-KV: this work-group's chunk of them. */
   const int2 keys = fcl_split_keys(fcl_key_begin(&mods, i_first), fcl_key_end(&mods, i_last, nk), BC, split, splits);
-  const int kv_begin = keys.x, kv_end = keys.y;
 #else
-  const int kv_begin = fcl_key_begin(&mods, i_first), kv_end = fcl_key_end(&mods, i_last, nk);
+  const int2 keys = (int2)(fcl_key_begin(&mods, i_first), fcl_key_end(&mods, i_last, nk));
 #endif
+  const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
 
   const int wrow = warp * MT * 16;
@@ -226,11 +249,11 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * 8 : q, ok ? 16 : 0);
     }
   }
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, kv_begin, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, kv_begin, nk, lid);
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #else
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, kv_begin, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, kv_begin, nk, lid);
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
   uint qa[MT][KT][4];
@@ -288,10 +311,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     const int k0 = kv_begin + j * BC;
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
-    fcl_load_tile(Vs, v, v_sn, k0, nk, lid);
+    fcl_load_tile(Vs, v, v_sb, v_sn, &seq, k0, nk, lid);
 #if KDB
     /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
-    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, k0 + BC, nk, lid);
+    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sb, k_sn, &seq, k0 + BC, nk, lid);
     const uint k_addr = k_lane + (uint)((j & 1) * 4 * TILE);
 #else
     const uint k_addr = k_lane;
@@ -411,7 +434,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #else
     CP_ASYNC_WAIT_ALL(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j) */
-    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sn, k0 + BC, nk, lid);
+    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, k0 + BC, nk, lid);
 #endif
 
 #pragma unroll
@@ -468,9 +491,12 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
         for (int i = 0; i < OT; ++i) acc[mt][i][2 * hr] = acc[mt][i][2 * hr + 1] = 0.0f;
         for (int c = kv_begin; c < kv_end; ++c) {
-          __global const store_t *kr = k + (long)c * k_sn, *vr = v + (long)c * v_sn;
-          float x = 0.0f;
-          for (int d = 0; d < D; ++d) x = fma(LOAD(qr, d), LOAD(kr, d), x);
+          const long ko = KV == 2 ? fcl_key_offset(&seq, c, k_sb, k_sn) : (long)c * k_sn;
+          const long vo = KV == 2 ? fcl_key_offset(&seq, c, v_sb, v_sn) : (long)c * v_sn;
+          __global const store_t *kr = k + ko, *vr = v + vo;
+          float x = ko < 0 ? NAN : 0.0f; /* a key of a block outside the pool is NaN */
+          if (ko >= 0)
+            for (int d = 0; d < D; ++d) x = fma(LOAD(qr, d), LOAD(kr, d), x);
           x = SCORE_MODS ? fcl_score(ROW_MODS(mt, hr), x * sl2, ROW_I(row), c, nq, nk)
                          : (fcl_visible(&mods, ROW_I(row), c, nk) ? x : -INFINITY);
           const float p = native_exp2(fma(x, su, -mu));
@@ -478,8 +504,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
             for (int i = 0; i < OT; ++i)
               if (i * 8 + 2 * t < D) {
-                acc[mt][i][2 * hr] = fma(p, LOAD(vr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
-                acc[mt][i][2 * hr + 1] = fma(p, LOAD(vr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
+                acc[mt][i][2 * hr] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
+                acc[mt][i][2 * hr + 1] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
               }
         }
       }
@@ -494,15 +520,16 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     for (int hr = 0; hr < 2; ++hr) {
       const int row = q0 + wrow + mt * 16 + g + hr * 8;
       if (row < nrows) {
-        const long prow = (((long)split * get_num_groups(2) + b) * num_heads + ROW_HEAD(row)) * nq + ROW_I(row);
-        const float inv = l[mt][hr] == 0.0f ? 0.0f : 1.0f / l[mt][hr];
+        const long prow = (((long)split * get_num_groups(2) + b) * num_heads + ROW_HEAD(row)) * nq_max + ROW_I(row);
+        const float inv = seq.bad ? NAN : l[mt][hr] == 0.0f ? 0.0f : 1.0f / l[mt][hr];
 #pragma unroll
         for (int i = 0; i < OT; ++i)
           if (i * 8 < D)
             *(__global float2 *)(part_o + prow * D + i * 8 + 2 * t) =
                 (float2)(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv); /* 8-byte aligned: D is even */
         if (t == 0)
-          part_o[part_lse_off + prow] = l[mt][hr] == 0.0f ? -INFINITY : (m[mt][hr] * su + log2(l[mt][hr])) * FCL_LN2;
+          part_o[part_lse_off + prow] =
+              seq.bad ? NAN : l[mt][hr] == 0.0f ? -INFINITY : (m[mt][hr] * su + log2(l[mt][hr])) * FCL_LN2;
       }
     }
   return;
@@ -524,16 +551,18 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         m2 = mf;
       }
 #endif
-      /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse. */
-      const float inv = l[mt][hr] == 0.0f ? 0.0f : c / l[mt][hr];
+      /* l is 0 only for a row that saw nothing (O = 0, lse = -inf); NaN inputs stay NaN in O and lse, and a
+         sequence whose key indices did not fit gets NaN. */
+      const float inv = seq.bad ? NAN : l[mt][hr] == 0.0f ? 0.0f : c / l[mt][hr];
 #pragma unroll
       for (int i = 0; i < OT; ++i)
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
             fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
       const int row = q0 + rl;
+      const long lse_row = VARLEN_Q ? (long)ROW_HEAD(row) * total_q + seq.q_row
+                                    : ((long)b * num_heads + ROW_HEAD(row)) * nq_max;
       if (lse && t == 0 && row < nrows)
-        lse[((long)b * num_heads + ROW_HEAD(row)) * nq + ROW_I(row)] =
-            l[mt][hr] == 0.0f ? -INFINITY : (m2 + log2(l[mt][hr])) * FCL_LN2;
+        lse[lse_row + ROW_I(row)] = seq.bad ? NAN : l[mt][hr] == 0.0f ? -INFINITY : (m2 + log2(l[mt][hr])) * FCL_LN2;
     }
   barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
