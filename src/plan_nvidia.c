@@ -93,7 +93,8 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
     t.bc = shapes[i][2];
     t.qsmem = shapes[i][3];
     t.br = t.tr * t.rm * 16;
-    t.local_bytes = fcl_nvidia_forward_local_bytes(&t);
+    /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
+    t.local_bytes = fcl_nvidia_forward_local_bytes(&t) + (p->block_table ? 4 * (size_t)t.bc * 8 : 0);
     found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);

@@ -140,14 +140,14 @@ inline float fcl_shfl_xor2(float x) {
 }
 
 /* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. With
-   paged keys (KV 2) src is the (pool, kv head) base and each row's block is looked up (sb: the pool's block
-   stride); a row of a block outside the pool is filled with NaN. */
+   paged keys (KV 2) src is the (pool, kv head) base and rows the tile's rows' element offsets from it, -1 for
+   a row of a block outside the pool, which is filled with NaN. */
 #if DTYPE == 1
 #define NAN2 0x7e007e00u /* two f16 NaNs */
 #else
 #define NAN2 0x7fc07fc0u /* two bf16 NaNs */
 #endif
-inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sb, long sn, const fcl_seq *seq,
+inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
 #pragma unroll
   for (int i = 0; i < (BC * CH + WG - 1) / WG; ++i) {
@@ -156,12 +156,12 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
       const int r = c / CH, cc = c % CH;
       bool ok = k0 + r < nk && cc * 8 < D;
 #if KV == 2
-      const long off = ok ? fcl_key_offset(seq, k0 + r, sb, sn) : 0;
-      if (off < 0) {
+      const long off = rows[r];
+      if (ok && off < 0) {
         *(__local uint4 *)(dst + r * DS + cc * 8) = (uint4)(NAN2, NAN2, NAN2, NAN2);
         continue;
       }
-      __global const store_t *s = ok ? src + off + cc * 8 : src;
+      __global const store_t *s = ok ? src + (off + cc * 8) : src;
 #else
       /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
          per-chunk offsets that the compiler hoists out of the key loop at one register each. */
@@ -185,6 +185,16 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
   __local ushort *Ks = (__local ushort *)smem;
   __local ushort *Vs = Ks + TILE;
+  /* Paged keys (KV 2): each tile's rows' element offsets in K and in V, resolved once by the work-items of the
+     rows into one of two slots (tile j's in slot j & 1): tiles 0 and 1 before the key loop, tile j + 2 at the
+     end of iteration j, where the S and P registers are free (a table read there kept in registers across
+     the iteration made the one-warp kernel spill 400 bytes). K(j + 2) loads mid-way through iteration j + 1,
+     after the barrier that publishes it; slot j & 1's tile j was last read by V(j)'s load at the top of
+     iteration j. The host counts these 32 BC bytes in the plan's local memory. */
+  __local long page[KV == 2 ? 2 : 1][2][KV == 2 ? BC : 1];
+#if KV == 2 && KDB
+#error "flash_fwd_mma: KDB loads K(j + 1) before its rows are resolved; paged keys take KDB 0"
+#endif
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -235,6 +245,19 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
   const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
+#if KV == 2
+  /* Tile t's rows (key j0 on) into slot t & 1, as fcl_load_tile takes them. */
+#define PAGE_ROWS(t, j0)                                                                                     \
+  for (int r_ = lid; r_ < BC; r_ += WG) {                                                                    \
+    const int2 e_ = (j0) + r_ < nk ? fcl_key_block(&seq, (j0) + r_) : (int2)(-1, 0);                         \
+    page[(t) & 1][0][r_] = e_.x >= 0 ? (long)e_.x * k_sb + (long)e_.y * k_sn : -1L;                          \
+    page[(t) & 1][1][r_] = e_.x >= 0 ? (long)e_.x * v_sb + (long)e_.y * v_sn : -1L;                          \
+  }
+  PAGE_ROWS(0, kv_begin);
+  PAGE_ROWS(1, kv_begin + BC);
+  barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
 
   const int wrow = warp * MT * 16;
 #if QSMEM
@@ -249,11 +272,11 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * 8 : q, ok ? 16 : 0);
     }
   }
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, kv_begin, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #else
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, kv_begin, nk, lid);
+  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
   uint qa[MT][KT][4];
@@ -311,10 +334,11 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     const int k0 = kv_begin + j * BC;
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
-    fcl_load_tile(Vs, v, v_sb, v_sn, &seq, k0, nk, lid);
+    fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
+
 #if KDB
     /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
-    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sb, k_sn, &seq, k0 + BC, nk, lid);
+    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
     const uint k_addr = k_lane + (uint)((j & 1) * 4 * TILE);
 #else
     const uint k_addr = k_lane;
@@ -434,7 +458,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #else
     CP_ASYNC_WAIT_ALL(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j) */
-    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sb, k_sn, &seq, k0 + BC, nk, lid);
+    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
 #endif
 
 #pragma unroll
@@ -450,6 +474,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
       }
     }
+#if KV == 2
+    if (j + 2 < ntiles) PAGE_ROWS(j + 2, k0 + 2 * BC);
+#endif
   }
 
   /* Row sums over the quad; then O through local memory, so the global write is 16 bytes a work-item. */
