@@ -1,0 +1,647 @@
+/* Tensor-core FlashAttention-2 backward for NVIDIA GPUs of compute capability 8.0 and up: the two heavy kernels
+ * of the backward (cl/flash_bwd.cl keeps the pre-pass Dvec = rowsum(dO * O) and d_sinks), through inline PTX:
+ * mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async, as
+ * cl/nvidia/flash_fwd_mma.cl uses them. One kernel per program (MMA_KIND selects it):
+ *
+ *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
+ *                                   warp w owns keys 16w..16w+15. K and V stay in local memory; the query rows
+ *                                   of every query head of the kv head's group stream through two local
+ *                                   buffers of BN rows of Q and dO (cp.async: step s + 1 loads during step s).
+ *                                   Each warp computes S^T = K Q^T and dP^T = V dO^T with its keys as the mma
+ *                                   rows, so P^T and dS^T come out in the accumulator layout with keys as rows:
+ *                                   packed to f16/bf16 they are already the A operand of dV += P^T dO and
+ *                                   dK += dS^T Q (no transpose through local memory, unlike FlashAttention-2,
+ *                                   which computes S with queries as rows and reads P^T back with
+ *                                   ldmatrix.trans). dK is scaled once at the end.
+ *   MMA_KIND 2  flash_bwd_dq_mma    a work-group of NW warps owns BM = NW * 16 query rows of one (batch, head);
+ *                                   Q and dO fragments live in registers (loaded once), K and V tiles of BN
+ *                                   keys stream through two local buffers (cp.async, tile j + 1 during tile
+ *                                   j); S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K with dS packed in
+ *                                   registers as the A operand and K read with ldmatrix.trans.
+ *
+ * P = 2^(S scale log2(e) - lse log2(e)) through common.cl's mask layer (fcl_tile_masked decides whether a tile
+ * needs the per-element test; with softcap, ALiBi or a mask every element goes through it), dS = P (dP - D),
+ * times the softcap's derivative 1 - tanh^2. Rows beyond the lengths and columns beyond D are zero-filled in
+ * local memory (cp.async with source size 0), so a tail query row of the dK/dV kernel has S = dP = 0, lse =
+ * D = 0 there, P = 1 and contributes P dO = 0 and dS = 0; tail rows of the dQ kernel are never written.
+ *
+ * No atomics: every gradient element is summed by one lane in a fixed order, so the result is bitwise
+ * reproducible. Hidden entries get P = dS = 0, but the tensor cores multiply them all the same, so a NaN or
+ * inf in a Q, dO, K or V row that an entry hides reaches the accumulators as 0 * NaN. Finite inputs keep the
+ * accumulators finite, so a warp whose accumulators are all finite goes on after one vote; otherwise each of
+ * its rows (keys for dK/dV, query rows for dQ) with a non-finite accumulator is computed again in float32 from
+ * global memory, adding only where P (dK/dV) or dS (dQ) is non-zero, as the portable kernels do: slow, and
+ * taken only for non-finite inputs.
+ *
+ * GQA: the dK/dV work-group walks the (query head of its group, query block) pairs in order as one stream of
+ * steps; the window's query range of its keys does not depend on the head. Sequences (common.cl's VARLEN_Q,
+ * KV 1, SEQLENS_K) as in the portable backward; paged K/V (KV 2) is refused by the host. Untrusted indices:
+ * a sequence with bad key indices gets NaN dQ and NaN dK, dV rows; one with bad cu_q entries writes no dQ and
+ * NaN dK, dV.
+ *
+ * Defines (src/plan_nvidia.c, fcl_plan_nvidia_backward): MMA_KIND, DTYPE 1 (f16) or 2 (bf16), D head_dim (a
+ * multiple of 8, at most 128), DP D rounded up to 16, DS local row stride in elements (DP + 8: rows 16 bytes
+ * apart modulo 128, so ldmatrix is free of bank conflicts), NW warps, BN streamed rows per step (a multiple
+ * of 16). The host takes these kernels only when every row of q, k, v, o (and so of d_o, d_q, d_k, d_v, which
+ * share their strides and offsets) starts on a 16-byte boundary and scale > 0.
+ *
+ * Fragment layouts (as in flash_fwd_mma.cl): accumulator of one m16n8 tile, lane = 4 g + t: c0 c1 at row g,
+ * columns 2t and 2t+1; c2 c3 at row g + 8. The accumulators of n8 tiles 2i and 2i+1 are, packed in pairs, the
+ * m16k16 A fragment i.
+ */
+#if DTYPE == 1
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define CVT_OP "cvt.rn.f16x2.f32"
+#elif DTYPE == 2
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define CVT_OP "cvt.rn.bf16x2.f32"
+#else
+#error "flash_bwd_mma takes DTYPE 1 (f16) or 2 (bf16)"
+#endif
+#if KV == 2
+#error "flash_bwd_mma: paged K/V is not taken by the backward"
+#endif
+
+#define WG (NW * 32)
+#define BM (NW * 16) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp */
+#define KT (DP / 16) /* k steps over the head dimension */
+#define NT (BN / 8)  /* n8 tiles of S over the streamed rows */
+#define PT (BN / 16) /* k steps over the streamed rows */
+#define OT (DP / 8)  /* n8 tiles of the gradient accumulators */
+#define CH (DP / 8)  /* 16-byte chunks in a row of a tile */
+#if DP % 16 != 0 || BN % 16 != 0 || D > DP || DS % 8 != 0 || D % 8 != 0
+#error "flash_bwd_mma: inconsistent tile defines"
+#endif
+#define SCORE_MODS (SOFTCAP || ALIBI || MASK)
+
+/* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
+#define SMEM_ADDR(p) ((uint)(size_t)(p))
+
+/* 16 bytes global -> local, asynchronously; bytes 0 zero-fills the destination and reads nothing. */
+#define CP_ASYNC16(dst, src, bytes)                                                                     \
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SMEM_ADDR(dst)), "l"((ulong)(src)), \
+               "r"(bytes)                                                                              \
+               : "memory")
+#define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
+#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
+#define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"       \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+#define LDSM_X4_T(r0, r1, r2, r3, addr)                                                  \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+
+/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). */
+#define MMA(c, a, b0, b1)                                                                              \
+  asm(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                          \
+      : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                                   \
+      : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
+/* Two floats rounded to the storage type and packed, lo in the low half. */
+inline uint fcl_pack2(float lo, float hi) {
+  uint r;
+  asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* 1 when p is non-zero in any lane of the warp. */
+inline int fcl_warp_any(int p) {
+  int r;
+  asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
+               " selp.s32 %0, 1, 0, q_;\n}\n"
+               : "=r"(r)
+               : "r"(p));
+  return r;
+}
+
+inline int fcl_shfl_xor1(int x) {
+  int r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+inline int fcl_shfl_xor2(int x) {
+  int r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 2, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+/* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
+   The row offset within the tile fits an int (the host bounds the row stride by 2^22). */
+inline void fcl_load_rows(__local ushort *dst, __global const store_t *src, long sn, int r0, int rows, int n, int lid) {
+  for (int c = lid; c < rows * CH; c += WG) {
+    const int r = c / CH, cc = c % CH;
+    const bool ok = r0 + r < n && cc * 8 < D;
+    CP_ASYNC16(dst + r * DS + cc * 8, ok ? src + (long)r0 * sn + (r * (int)sn + cc * 8) : src, ok ? 16 : 0);
+  }
+}
+
+/* P and dS of one (row, key) from the raw score s = q.k and dp = dO.v through the mask layer of mods (a
+   pointer), exactly as flash_bwd.cl's BWD_P_DS: hidden entries (and a row that saw nothing, L = -inf) get
+   P = dS = 0. L = lse log2(e), Dv the row's rowsum(dO * O). The kernel defines qk_scale, nq and nk. */
+#define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv)                                          \
+  do {                                                                                              \
+    if ((row) < nq && fcl_visible((m_), (row), (key), nk)) {                                        \
+      const float t_ = fcl_softcap((m_), (s) * qk_scale);                                           \
+      const float p_ = (L) == -INFINITY ? 0.0f : exp2(fcl_bias((m_), t_, (row), (key)) - (L));       \
+      const float u_ = t_ * (m_)->inv_cap;                                                          \
+      (p_out) = p_;                                                                                 \
+      (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (Dv)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);        \
+    } else {                                                                                        \
+      (p_out) = 0.0f;                                                                               \
+      (ds_out) = 0.0f;                                                                              \
+    }                                                                                               \
+  } while (0)
+
+/* Per-lane ldmatrix offsets (elements) within a tile of row stride DS. A operand (no transpose, rows of the
+   warp's 16): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+   B operand from rows that are the n dimension (no transpose): (n 0-7, k 0-7), (n 0-7, k 8-15),
+   (n 8-15, k 0-7), (n 8-15, k 8-15) give b0 b1 of n8 tile 2i and b0 b1 of tile 2i+1. B operand from rows that
+   are the k dimension (transposed): (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15). */
+#define A_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
+#define BN_LANE(lane) ((((lane) & 7) + ((lane) >> 4) * 8) * DS + (((lane) >> 3) & 1) * 8)
+#define BK_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
+
+/* acc[NT][4] = A (m16, the warp's rows at a_addr) times the BN streamed rows at b_addr, transposed, over DP:
+   S = Q K^T-like products whose B rows are the n dimension. Addresses are shared-window bytes. */
+#define MMA_ABT(acc, a_addr, b_addr)                                                                   \
+  do {                                                                                               \
+    _Pragma("unroll") for (int i_ = 0; i_ < NT; ++i_) acc[i_][0] = acc[i_][1] = acc[i_][2] = acc[i_][3] = 0.0f; \
+    _Pragma("unroll") for (int kk_ = 0; kk_ < KT; ++kk_) {                                            \
+      uint a_[4];                                                                                    \
+      LDSM_X4(a_[0], a_[1], a_[2], a_[3], (a_addr) + (uint)(kk_ * 32));                              \
+      _Pragma("unroll") for (int np_ = 0; np_ < NT / 2; ++np_) {                                       \
+        uint b0_, b1_, b2_, b3_;                                                                     \
+        LDSM_X4(b0_, b1_, b2_, b3_, (b_addr) + (uint)((np_ * 16 * DS + kk_ * 16) * 2));               \
+        MMA(acc[2 * np_], a_, b0_, b1_);                                                             \
+        MMA(acc[2 * np_ + 1], a_, b2_, b3_);                                                         \
+      }                                                                                              \
+    }                                                                                                \
+  } while (0)
+
+/* acc[OT][4] += A (fragments a[PT][4] over the BN streamed rows) times the streamed tile at b_addr (rows are
+   the k dimension, read transposed): dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+#define MMA_AB(acc, a, b_addr)                                                                         \
+  do {                                                                                               \
+    _Pragma("unroll") for (int kt_ = 0; kt_ < PT; ++kt_)                                             \
+      _Pragma("unroll") for (int np_ = 0; np_ < OT / 2; ++np_) {                                       \
+        uint b0_, b1_, b2_, b3_;                                                                     \
+        LDSM_X4_T(b0_, b1_, b2_, b3_, (b_addr) + (uint)((kt_ * 16 * DS + np_ * 16) * 2));             \
+        MMA(acc[2 * np_], a[kt_], b0_, b1_);                                                         \
+        MMA(acc[2 * np_ + 1], a[kt_], b2_, b3_);                                                     \
+      }                                                                                              \
+  } while (0)
+
+/* Accumulators s[NT][4] packed into A fragments a[PT][4]. */
+#define PACK_A(a, s)                                                                                   \
+  _Pragma("unroll") for (int kt_ = 0; kt_ < PT; ++kt_) {                                               \
+    a[kt_][0] = fcl_pack2(s[2 * kt_][0], s[2 * kt_][1]);                                             \
+    a[kt_][1] = fcl_pack2(s[2 * kt_][2], s[2 * kt_][3]);                                             \
+    a[kt_][2] = fcl_pack2(s[2 * kt_ + 1][0], s[2 * kt_ + 1][1]);                                     \
+    a[kt_][3] = fcl_pack2(s[2 * kt_ + 1][2], s[2 * kt_ + 1][3]);                                     \
+  }
+
+#if MMA_KIND == 1
+
+/* Local memory: K and V [BM][DS]; Q and dO [2][BN][DS] (the step's buffer and the next one's); lse * log2(e)
+   and Dvec of the streamed rows [2][BN] as floats. At the end dK and dV go through the K and V tiles. Tile
+   shapes (plan_nvidia.c): d <= 64: 4 warps (64 keys), 32 query rows a step: 18 KiB of K, V + 18 KiB of Q, dO
+   buffers, 64 + 64 accumulator registers for dK, dV and 16 + 16 for S^T, dP^T; d <= 128: 2 warps (32 keys),
+   16 query rows a step: 17 KiB + 17 KiB, 128 accumulator registers, 8 + 8 for S^T, dP^T. 64 keys with 32-row
+   steps at d = 128 would need 52 KiB of the 48 KiB. */
+#define SMEM ((2 * BM + 4 * BN) * DS)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+                        __global const store_t *d_o, __global const float *lse, __global const float *dvec,
+                        __global store_t *d_k, __global store_t *d_v,
+                        long q_off, long q_sb, long q_sh, long q_sn,
+                        long k_off, long k_sb, long k_sh, long k_sn,
+                        long v_off, long v_sb, long v_sh, long v_sn,
+                        long o_off, long o_sb, long o_sh, long o_sn,
+                        int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
+  __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the 16-byte stores */
+  __local float Ls[2][BN], Dl[2][BN];
+  __local ushort *Ks = (__local ushort *)smem;
+  __local ushort *Vs = Ks + BM * DS;
+  __local ushort *Qs = Vs + BM * DS;      /* [2][BN][DS] */
+  __local ushort *dOs = Qs + 2 * BN * DS; /* [2][BN][DS] */
+
+  const int lid = get_local_id(0);
+  const int lane = lid & 31, warp = lid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int k0 = get_group_id(0) * BM; /* causal: the first key blocks are seen by the most queries */
+  const int hk = get_group_id(1);
+  const int b = get_group_id(2);
+
+  /* This sequence's lengths and rows; a block past the key rows it owns has nothing to write. Its rows from nk
+     to k_rows (beyond seqlens_k) get zero gradients; any bad index of the sequence makes its rows NaN. */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  if (k0 >= seq.k_rows) return;
+  const int nq = seq.nq, nk = seq.nk;
+  const bool poisoned = seq.bad || seq.skip;
+  const long kbase = k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
+  const long vbase = v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  const long qbase0 = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb); /* + h q_sh */
+  const long obase0 = o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb); /* + h o_sh */
+#define LBASE(h_) (VARLEN_Q ? (long)(h_) * total_q + seq.q_row : ((long)b * num_heads + (h_)) * nq_max)
+
+  /* The query rows that see some key of the block (the window does not depend on the head), in steps of BN,
+     for each query head of the group in order. */
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, hk * group, nq, nk);
+  const int q_begin = fcl_row_begin(&mods, k0), q_end = fcl_row_end(&mods, min(k0 + BM, nk) - 1, nq);
+  const int qtiles = poisoned || k0 >= nk || q_end <= q_begin ? 0 : (q_end - q_begin + BN - 1) / BN;
+  const int nsteps = qtiles * group;
+
+  fcl_load_rows(Ks, k + kbase, k_sn, k0, BM, nk, lid);
+  fcl_load_rows(Vs, v + vbase, v_sn, k0, BM, nk, lid);
+  CP_ASYNC_COMMIT();
+  /* Step s's Q and dO rows into buffer s & 1 (one commit group), and its rows' lse and Dvec. */
+#define STEP_LOAD(s_)                                                                                  \
+  do {                                                                                               \
+    const int h_ = hk * group + (s_) / qtiles, q0_ = q_begin + ((s_) % qtiles) * BN, buf_ = (s_) & 1;  \
+    fcl_load_rows(Qs + buf_ * BN * DS, q + qbase0 + h_ * q_sh, q_sn, q0_, BN, nq, lid);               \
+    fcl_load_rows(dOs + buf_ * BN * DS, d_o + obase0 + h_ * o_sh, o_sn, q0_, BN, nq, lid);            \
+    CP_ASYNC_COMMIT();                                                                               \
+    for (int r_ = lid; r_ < BN; r_ += WG) {                                                          \
+      const bool in_ = q0_ + r_ < nq;                                                                \
+      Ls[buf_][r_] = in_ ? lse[LBASE(h_) + q0_ + r_] * FCL_LOG2E : 0.0f;                               \
+      Dl[buf_][r_] = in_ ? dvec[LBASE(h_) + q0_ + r_] : 0.0f;                                          \
+    }                                                                                                \
+  } while (0)
+  if (nsteps > 0) STEP_LOAD(0);
+
+  float dk[OT][4], dv[OT][4];
+#pragma unroll
+  for (int i = 0; i < OT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+
+  const float qk_scale = scale * FCL_LOG2E;
+  const int wrow = warp * 16;
+  const uint k_a = SMEM_ADDR(Ks + wrow * DS + A_LANE(lane)), v_a = SMEM_ADDR(Vs + wrow * DS + A_LANE(lane));
+  const uint q_n = SMEM_ADDR(Qs + BN_LANE(lane)), o_n = SMEM_ADDR(dOs + BN_LANE(lane));
+  const uint q_k = SMEM_ADDR(Qs + BK_LANE(lane)), o_k = SMEM_ADDR(dOs + BK_LANE(lane));
+
+  for (int st = 0; st < nsteps; ++st) {
+    const int hg = st / qtiles, h = hk * group + hg;
+    const int q0 = q_begin + (st % qtiles) * BN;
+    const uint boff = (uint)((st & 1) * BN * DS * 2); /* bytes to this step's buffer */
+    CP_ASYNC_WAIT_ALL();          /* this step's Q, dO (and K, V) have landed for this work-item ... */
+    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (step st - 1) */
+    if (st + 1 < nsteps) STEP_LOAD(st + 1);
+
+    /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
+    float dp[NT][4], s[NT][4];
+    MMA_ABT(dp, v_a, o_n + boff);
+    MMA_ABT(s, k_a, q_n + boff);
+
+    /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
+       through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
+       the top). */
+#if ALIBI || MASK
+    fcl_mods hmods;
+    FCL_MODS_INIT(hmods, b, h, nq, nk);
+#define HMODS (&hmods)
+#else
+#define HMODS (&mods)
+#endif
+    const int buf = st & 1;
+    if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = i * 8 + 2 * t + (e & 1);
+          const int key = k0 + wrow + g + (e >> 1) * 8;
+          float p, ds;
+          MMA_P_DS(p, ds, HMODS, s[i][e], dp[i][e], q0 + c, key, Ls[buf][c], Dl[buf][c]);
+          s[i][e] = p;
+          dp[i][e] = ds;
+        }
+    } else {
+      const float sl2 = qk_scale;
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = i * 8 + 2 * t + (e & 1);
+          const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));
+          s[i][e] = p;
+          dp[i][e] = p * (dp[i][e] - Dl[buf][c]);
+        }
+    }
+    uint pa[PT][4], da[PT][4];
+    PACK_A(pa, s);
+    PACK_A(da, dp);
+
+    /* dV += P^T dO, dK += dS^T Q. */
+    MMA_AB(dv, pa, o_k + boff);
+    MMA_AB(dk, da, q_k + boff);
+  }
+
+  /* Non-finite accumulators (a NaN or inf reached them as 0 * x from a hidden entry, or a visible one): the
+     affected key rows of the warp again in float32, over the same query rows of every head of the group,
+     adding p dO and dS Q only where p != 0, as flash_bwd.cl does. */
+  int nonfinite = 0;
+#pragma unroll
+  for (int i = 0; i < OT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(dk[i][e]) | fcl_nonfinite(dv[i][e]);
+  if (fcl_warp_any(nonfinite)) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      int bad = 0;
+#pragma unroll
+      for (int i = 0; i < OT; ++i)
+        bad |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
+               fcl_nonfinite(dv[i][2 * hr + 1]);
+      bad |= fcl_shfl_xor1(bad); /* the quad holds the row */
+      bad |= fcl_shfl_xor2(bad);
+      if (!bad) continue;
+      const int key = k0 + wrow + g + hr * 8;
+#pragma unroll
+      for (int i = 0; i < OT; ++i) dk[i][2 * hr] = dk[i][2 * hr + 1] = dv[i][2 * hr] = dv[i][2 * hr + 1] = 0.0f;
+      if (key >= nk) continue; /* beyond the keys: zero gradients */
+      __global const store_t *kr = k + kbase + (long)key * k_sn, *vr = v + vbase + (long)key * v_sn;
+      for (int hg = 0; hg < (poisoned ? 0 : group); ++hg) {
+        const int h = hk * group + hg;
+        fcl_mods rm;
+        FCL_MODS_INIT(rm, b, h, nq, nk);
+        __global const store_t *qh = q + qbase0 + h * q_sh, *oh = d_o + obase0 + h * o_sh;
+        const long lb = LBASE(h);
+        const int r_end = fcl_row_end(&rm, key, nq);
+        for (int row = fcl_row_begin(&rm, key); row < r_end; ++row) {
+          __global const store_t *qr = qh + (long)row * q_sn, *orow = oh + (long)row * o_sn;
+          float x = 0.0f, y = 0.0f;
+          for (int d = 0; d < D; ++d) {
+            x = fma(LOAD(qr, d), LOAD(kr, d), x);
+            y = fma(LOAD(orow, d), LOAD(vr, d), y);
+          }
+          float p, ds;
+          MMA_P_DS(p, ds, &rm, x, y, row, key, lse[lb + row] * FCL_LOG2E, dvec[lb + row]);
+          if (p != 0.0f)
+#pragma unroll
+            for (int i = 0; i < OT; ++i)
+              if (i * 8 + 2 * t < D) {
+                const int c = i * 8 + 2 * t;
+                dv[i][2 * hr] = fma(p, LOAD(orow, c), dv[i][2 * hr]);
+                dv[i][2 * hr + 1] = fma(p, LOAD(orow, c + 1), dv[i][2 * hr + 1]);
+                dk[i][2 * hr] = fma(ds, LOAD(qr, c), dk[i][2 * hr]);
+                dk[i][2 * hr + 1] = fma(ds, LOAD(qr, c + 1), dk[i][2 * hr + 1]);
+              }
+        }
+      }
+    }
+  }
+
+  /* dK (scaled) and dV through the K and V tiles, so the global writes are 16 bytes a work-item. */
+  CP_ASYNC_WAIT_ALL();          /* nothing in flight (a block without steps still has its K, V copy) */
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rl = wrow + g + hr * 8;
+    const float ks = poisoned ? NAN : scale, vs = poisoned ? NAN : 1.0f;
+#pragma unroll
+    for (int i = 0; i < OT; ++i) {
+      *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks);
+      *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(dv[i][2 * hr] * vs, dv[i][2 * hr + 1] * vs);
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int c = lid; c < BM * CH; c += WG) {
+    const int r = c / CH, cc = c % CH;
+    const int key = k0 + r;
+    if (key < seq.k_rows && cc * 8 < D) {
+      *(__global uint4 *)(d_k + kbase + (long)key * k_sn + cc * 8) = *(__local const uint4 *)(Ks + r * DS + cc * 8);
+      *(__global uint4 *)(d_v + vbase + (long)key * v_sn + cc * 8) = *(__local const uint4 *)(Vs + r * DS + cc * 8);
+    }
+  }
+#undef LBASE
+#undef STEP_LOAD
+#undef HMODS
+}
+
+#elif MMA_KIND == 2
+
+/* Local memory: K and V [2][BN][DS] (the tile's buffer and the next one's); at the end the dQ tile [BM][DS].
+   Q and dO fragments stay in registers (2 KT 4 each). Tile shapes (plan_nvidia.c): 4 warps (64 query rows);
+   d <= 64: 64-key tiles (36 KiB; 32 + 32 registers for S and dP); d <= 128: 32-key tiles (34 KiB; 64
+   registers of Q and dO fragments, 64 of dQ accumulators, 16 + 16 for S and dP). 64-key tiles at d = 128
+   would need 68 KiB double-buffered. */
+#define SMEM (4 * BN * DS > BM * DS ? 4 * BN * DS : BM * DS)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+                      __global const store_t *d_o, __global const float *lse, __global const float *dvec,
+                      __global store_t *d_q,
+                      long q_off, long q_sb, long q_sh, long q_sn,
+                      long k_off, long k_sb, long k_sh, long k_sn,
+                      long v_off, long v_sb, long v_sh, long v_sn,
+                      long o_off, long o_sb, long o_sh, long o_sn,
+                      int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
+  __local uint4 smem[SMEM / 8];
+  __local ushort *Ks = (__local ushort *)smem; /* [2][BN][DS] */
+  __local ushort *Vs = Ks + 2 * BN * DS;      /* [2][BN][DS] */
+
+  const int lid = get_local_id(0);
+  const int lane = lid & 31, warp = lid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  /* Causal: the last query blocks see the most keys, so they take the first group ids and start first. */
+  const int q0 =
+      (win_right < nq_max ? (int)get_num_groups(0) - 1 - (int)get_group_id(0) : (int)get_group_id(0)) * BM;
+  const int h = get_group_id(1);
+  const int b = get_group_id(2);
+  const int hk = h / group;
+
+  /* This sequence's lengths and rows; a block past its last query row has nothing to do (nor has any block
+     of a sequence whose cu_q entries did not fit: nq is then 0). */
+  fcl_seq seq;
+  FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+  const int nq = seq.nq, nk = seq.nk;
+  if (q0 >= nq) return;
+  const long qbase = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
+  const long obase = o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
+  __global const store_t *kh = k + k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
+  __global const store_t *vh = v + v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+
+  fcl_mods mods;
+  FCL_MODS_INIT(mods, b, h, nq, nk);
+  /* A sequence whose key indices did not fit computes nothing and gets NaN dQ. */
+  const int q_last = min(q0 + BM, nq) - 1;
+  const int kv_begin = fcl_key_begin(&mods, q0);
+  const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, q_last, nk);
+  const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
+  if (ntiles > 0) {
+    fcl_load_rows(Ks, kh, k_sn, kv_begin, BN, nk, lid);
+    fcl_load_rows(Vs, vh, v_sn, kv_begin, BN, nk, lid);
+    CP_ASYNC_COMMIT();
+  }
+
+  /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
+     eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. Rows beyond nq
+     are zeros. The lane's two rows' lse (log2 units) and Dvec. */
+  const int wrow = warp * 16;
+  uint qa[KT][4], oa[KT][4];
+  float Lr[2], Dr[2];
+  {
+    const int r0 = q0 + wrow + g, r1 = r0 + 8;
+    __global const store_t *p0 = q + qbase + (long)r0 * q_sn, *p1 = q + qbase + (long)r1 * q_sn;
+    __global const store_t *o0 = d_o + obase + (long)r0 * o_sn, *o1 = d_o + obase + (long)r1 * o_sn;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
+      qa[kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
+      qa[kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
+      qa[kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
+      qa[kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
+      oa[kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(o0 + c0) : 0u;
+      oa[kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(o1 + c0) : 0u;
+      oa[kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(o0 + c1) : 0u;
+      oa[kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(o1 + c1) : 0u;
+    }
+    Lr[0] = r0 < nq ? lse[lbase + r0] * FCL_LOG2E : 0.0f;
+    Lr[1] = r1 < nq ? lse[lbase + r1] * FCL_LOG2E : 0.0f;
+    Dr[0] = r0 < nq ? dvec[lbase + r0] : 0.0f;
+    Dr[1] = r1 < nq ? dvec[lbase + r1] : 0.0f;
+  }
+
+  float acc[OT][4];
+#pragma unroll
+  for (int i = 0; i < OT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+  const float qk_scale = scale * FCL_LOG2E;
+  const uint k_n = SMEM_ADDR(Ks + BN_LANE(lane)), v_n = SMEM_ADDR(Vs + BN_LANE(lane));
+  const uint k_k = SMEM_ADDR(Ks + BK_LANE(lane));
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int kc = kv_begin + j * BN;
+    const uint boff = (uint)((j & 1) * BN * DS * 2);
+    CP_ASYNC_WAIT_ALL();          /* K(j), V(j) have landed for this work-item ... */
+    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (tile j - 1) */
+    if (j + 1 < ntiles) {
+      const uint nb = (uint)(((j + 1) & 1) * BN * DS);
+      fcl_load_rows(Ks + nb, kh, k_sn, kc + BN, BN, nk, lid);
+      fcl_load_rows(Vs + nb, vh, v_sn, kc + BN, BN, nk, lid);
+      CP_ASYNC_COMMIT();
+    }
+
+    /* dP = dO V^T, S = Q K^T. */
+    float dp[NT][4], s[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[i][e] = s[i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint b0, b1, b2, b3;
+        LDSM_X4(b0, b1, b2, b3, v_n + boff + (uint)((np * 16 * DS + kk * 16) * 2));
+        MMA(dp[2 * np], oa[kk], b0, b1);
+        MMA(dp[2 * np + 1], oa[kk], b2, b3);
+        LDSM_X4(b0, b1, b2, b3, k_n + boff + (uint)((np * 16 * DS + kk * 16) * 2));
+        MMA(s[2 * np], qa[kk], b0, b1);
+        MMA(s[2 * np + 1], qa[kk], b2, b3);
+      }
+
+    /* dS in place of S (P is not needed further here). */
+    if (SCORE_MODS || fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = q0 + wrow + g + (e >> 1) * 8;
+          const int col = kc + i * 8 + 2 * t + (e & 1);
+          float p, ds;
+          MMA_P_DS(p, ds, &mods, s[i][e], dp[i][e], row, col, Lr[e >> 1], Dr[e >> 1]);
+          s[i][e] = ds;
+        }
+    } else {
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = native_exp2(fma(s[i][e], qk_scale, -Lr[e >> 1]));
+          s[i][e] = p * (dp[i][e] - Dr[e >> 1]);
+        }
+    }
+    uint da[PT][4];
+    PACK_A(da, s);
+    /* dQ += dS K. */
+    MMA_AB(acc, da, k_k + boff);
+  }
+
+  /* Non-finite accumulators: the affected rows of the warp again in float32 over the same keys, adding dS K
+     only where dS != 0, as flash_bwd.cl does. */
+  int nonfinite = 0;
+#pragma unroll
+  for (int i = 0; i < OT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(acc[i][e]);
+  if (fcl_warp_any(nonfinite)) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      int bad = 0;
+#pragma unroll
+      for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[i][2 * hr]) | fcl_nonfinite(acc[i][2 * hr + 1]);
+      bad |= fcl_shfl_xor1(bad); /* the quad holds the row */
+      bad |= fcl_shfl_xor2(bad);
+      const int row = q0 + wrow + g + hr * 8;
+      if (!bad || row >= nq) continue;
+#pragma unroll
+      for (int i = 0; i < OT; ++i) acc[i][2 * hr] = acc[i][2 * hr + 1] = 0.0f;
+      __global const store_t *qr = q + qbase + (long)row * q_sn, *orow = d_o + obase + (long)row * o_sn;
+      const float L = lse[lbase + row] * FCL_LOG2E, Dv = dvec[lbase + row];
+      for (int c = kv_begin; c < kv_end; ++c) {
+        __global const store_t *kr = kh + (long)c * k_sn, *vr = vh + (long)c * v_sn;
+        float x = 0.0f, y = 0.0f;
+        for (int d = 0; d < D; ++d) {
+          x = fma(LOAD(qr, d), LOAD(kr, d), x);
+          y = fma(LOAD(orow, d), LOAD(vr, d), y);
+        }
+        float p, ds;
+        MMA_P_DS(p, ds, &mods, x, y, row, c, L, Dv);
+        if (ds != 0.0f)
+#pragma unroll
+          for (int i = 0; i < OT; ++i)
+            if (i * 8 + 2 * t < D) {
+              acc[i][2 * hr] = fma(ds, LOAD(kr, i * 8 + 2 * t), acc[i][2 * hr]);
+              acc[i][2 * hr + 1] = fma(ds, LOAD(kr, i * 8 + 2 * t + 1), acc[i][2 * hr + 1]);
+            }
+      }
+    }
+  }
+
+  /* dQ (scaled) through local memory, so the global writes are 16 bytes a work-item. */
+  CP_ASYNC_WAIT_ALL();
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles */
+  __local ushort *Qs = Ks;
+  const float qs = seq.bad ? NAN : scale;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rl = wrow + g + hr * 8;
+#pragma unroll
+    for (int i = 0; i < OT; ++i)
+      *(__local uint *)(Qs + rl * DS + i * 8 + 2 * t) = fcl_pack2(acc[i][2 * hr] * qs, acc[i][2 * hr + 1] * qs);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int c = lid; c < BM * CH; c += WG) {
+    const int r = c / CH, cc = c % CH;
+    const int row = q0 + r;
+    if (row < nq && cc * 8 < D)
+      *(__global uint4 *)(d_q + qbase + (long)row * q_sn + cc * 8) = *(__local const uint4 *)(Qs + r * DS + cc * 8);
+  }
+}
+
+#else
+#error "flash_bwd_mma: MMA_KIND must be 1 (dK/dV) or 2 (dQ)"
+#endif
