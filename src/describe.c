@@ -50,12 +50,20 @@ fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_pla
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
-  snprintf(out->kernel, sizeof out->kernel, "portable");
-  snprintf(out->reason, sizeof out->reason,
-           "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
-           "per step, %dx%d work-items, %zu B; within %llu B of local memory",
-           kv->bc, kv->br, kv->tr, kv->tc, kv->local_bytes, qp->br, qp->bc, qp->tr, qp->tc, qp->local_bytes,
-           (unsigned long long)ctx->caps.local_mem_size);
+  if (kv->kernel == FCL_KERNEL_NVIDIA_MMA) {
+    snprintf(out->kernel, sizeof out->kernel, "nvidia_mma");
+    /* The two plans' reasons, cut to fit (the return value is read so a cut is not a warning). */
+    if (snprintf(out->reason, sizeof out->reason, "%s; %s", kv->reason, qp->reason) >= (int)sizeof out->reason)
+      out->reason[sizeof out->reason - 1] = '\0';
+  } else {
+    snprintf(out->kernel, sizeof out->kernel, "portable");
+    if (snprintf(out->reason, sizeof out->reason,
+             "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
+             "per step, %dx%d work-items, %zu B; within %llu B of local memory%s%s",
+             kv->bc, kv->br, kv->tr, kv->tc, kv->local_bytes, qp->br, qp->bc, qp->tr, qp->tc, qp->local_bytes,
+             (unsigned long long)ctx->caps.local_mem_size, kv->reason[0] ? "; " : "", kv->reason) >= (int)sizeof out->reason)
+      out->reason[sizeof out->reason - 1] = '\0'; /* cut to fit: the decline reason is the part that is cut */
+  }
   out->block_q = qp->br;
   out->block_k = kv->bc;
   out->work_group_size = kv->wg > qp->wg ? kv->wg : qp->wg;

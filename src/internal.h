@@ -142,6 +142,13 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p);
 struct fcl_problem;
 int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
                             fcl_tile_plan *out);
+/* The NVIDIA tensor-core backward (cl/nvidia/flash_bwd_mma.cl): local memory of plan p of kernel `which`
+   (FCL_BWD_DKDV: tr warps of 16 owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned
+   query rows, bc keys a tile), and the plans of both kernels (kernel FCL_KERNEL_NVIDIA_MMA) when it applies
+   to p on this device under flags: 0, else -1 with out[0].reason (and out[1].reason) saying why. */
+size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which);
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
+                             fcl_tile_plan out[2]);
 /* Fills the portable forward plan of one shape: tr x tc work-items, rm x rn of S per work-item, pad
    (stagger rows across banks, 0/1), kt (K tile transposed, 0/1; -1: by device type). Returns 0 when it
    fits the device, -1 otherwise. */
@@ -228,6 +235,7 @@ struct fcl_context {
   pthread_mutex_t stats_lock; /* guards the cache_* counters below */
   fcl_program_entry *programs;
   uint32_t nvidia_mma_failed[3]; /* forward.c: per dtype, bit d/8-1: that tensor-core variant did not build */
+  uint32_t nvidia_mma_bwd_failed[3]; /* backward.c: the same for the tensor-core backward */
   fcl_scratch *scratch;          /* scratch.c (guarded by lock) */
   int force_splits;              /* FLASHCL_FORWARD_SPLITS (development): split count of every portable forward */
   /* cache.c: where kernel requests were served from (guarded by lock) */

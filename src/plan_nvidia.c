@@ -111,3 +111,92 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   return 0;
 #undef DECLINE
 }
+
+/* ---- The tensor-core backward (cl/nvidia/flash_bwd_mma.cl): dK/dV and dQ ---- */
+
+size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
+  if (which == FCL_BWD_DKDV) /* K, V [bc][ds], Q and dO [2][br][ds] (2 bytes an element), lse and Dvec [2][br] */
+    return (2 * (size_t)p->bc + 4 * (size_t)p->br) * (size_t)p->ds * 2 + 4 * (size_t)p->br * sizeof(float);
+  /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
+  const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
+  return (kv > o ? kv : o) * 2;
+}
+
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, fcl_tile_plan out[2]) {
+  memset(out, 0, 2 * sizeof *out);
+  out[0].kernel = out[1].kernel = FCL_KERNEL_PORTABLE;
+  out[0].head_dim = out[1].head_dim = (int)p->d;
+#define DECLINE(...)                                              \
+  do {                                                            \
+    snprintf(out[0].reason, sizeof out[0].reason, __VA_ARGS__);  \
+    memcpy(out[1].reason, out[0].reason, sizeof out[1].reason);   \
+    return -1;                                                    \
+  } while (0)
+  if (flags & FCL_FLAG_PORTABLE_ONLY) DECLINE("portable only by request");
+  if (caps->vendor != FCL_VENDOR_NVIDIA) DECLINE("tensor-core backward: not an NVIDIA platform");
+  if (caps->nv_cc_major < 8)
+    DECLINE("tensor-core backward: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
+  if (p->dtype != FCL_DTYPE_F16 && p->dtype != FCL_DTYPE_BF16) DECLINE("tensor-core backward: f16 and bf16 only");
+  /* 128 accumulator registers of dK and dV a lane at head_dim 128 (16 keys a warp): above it they would spill. */
+  if (p->d % 8 != 0 || p->d > 128)
+    DECLINE("tensor-core backward: head_dim %lld is not a multiple of 8 up to 128", (long long)p->d);
+  if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core backward: scale must be positive and finite");
+  if (p->block_table) DECLINE("tensor-core backward: paged K/V is not taken by the backward");
+  if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core backward: sequence too long");
+  /* The kernels form offsets within a tile (at most 64 rows) in 32 bits. */
+  if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
+    DECLINE("tensor-core backward: row stride above 2^22 elements");
+  /* d_o, d_q, d_k, d_v share the strides and offsets of o, q, k, v. */
+  if (!rows_aligned(p->q_stride, p->q_offset, p->q_counts) || !rows_aligned(p->k_stride, p->k_offset, p->kv_counts) ||
+      !rows_aligned(p->v_stride, p->v_offset, p->kv_counts) || !rows_aligned(p->o_stride, p->o_offset, p->q_counts))
+    DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
+
+  /* Tile shapes: {warps (16 owned rows each), streamed rows per step}, the first that fits. Registers bound
+     them as much as local memory (48 KiB a work-group on the H200, 16 bytes of it kept by the compiler):
+     dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for 16 keys), so d <= 64 takes 4 warps (64 keys)
+     and 32-row steps (37 KiB: K, V 18 KiB, two Q, dO buffers 18 KiB), d <= 128 2 warps (32 keys) and 16-row
+     steps (35 KiB; 128 accumulator registers); 64 keys and 32-row steps at d = 128 would need 52 KiB. dQ keeps
+     Q and dO fragments and dQ in registers and streams K, V through two buffers: 4 warps (64 query rows) with
+     64-key tiles at d <= 64 (36 KiB), 32-key tiles at d <= 128 (34 KiB). Then smaller shapes for devices with
+     less local memory. */
+  const int wide = p->d > 64;
+  const int shapes[2][4][2] = {{{wide ? 2 : 4, wide ? 16 : 32}, {2, 16}, {1, 16}, {1, 16}},
+                               {{4, wide ? 32 : 64}, {4, 16}, {2, 16}, {1, 16}}};
+  for (int which = 0; which < 2; ++which) {
+    fcl_tile_plan t;
+    memset(&t, 0, sizeof t);
+    t.kernel = FCL_KERNEL_NVIDIA_MMA;
+    t.head_dim = (int)p->d;
+    t.dp = ((int)p->d + 15) / 16 * 16;
+    t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
+    t.tc = 32;
+    t.rm = 1;
+    t.splits = 1;
+    int found = 0;
+    for (int i = 0; i < 4 && !found; ++i) {
+      t.tr = shapes[which][i][0];
+      t.wg = t.tr * 32;
+      if (which == FCL_BWD_DKDV) {
+        t.bc = t.tr * 16;           /* key rows owned */
+        t.br = shapes[which][i][1]; /* query rows streamed per step */
+      } else {
+        t.br = t.tr * 16;           /* query rows owned */
+        t.bc = shapes[which][i][1]; /* key rows streamed per tile */
+      }
+      t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which);
+      found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
+    }
+    if (!found) DECLINE("tensor-core backward: %zu B of local memory is too little", (size_t)caps->local_mem_size);
+    if (which == FCL_BWD_DKDV)
+      snprintf(t.reason, sizeof t.reason,
+               "tensor-core backward (mma.sync m16n8k16) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
+               "%d query rows a step, %zu B local",
+               caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br, t.local_bytes);
+    else
+      snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local", t.tr, t.bc,
+               t.local_bytes);
+    out[which] = t;
+  }
+  return 0;
+#undef DECLINE
+}

@@ -6,6 +6,8 @@
  * 2. On the test device: fcl_describe_plan reports "nvidia_mma" for f16/bf16 at head_dim 64 and 128 exactly
  *    when the device is NVIDIA with compute capability >= 8.0 (never on other platforms, e.g. PoCL), and
  *    "portable" for f32, unaligned rows, odd head dims, FCL_FLAG_PORTABLE_ONLY and FLASHCL_PORTABLE_ONLY=1.
+ *    The backward likewise (fcl_plan_nvidia_backward over made-up devices: f16/bf16 up to head_dim 128; and
+ *    fcl_describe_plan(FCL_OP_BACKWARD) on the test device).
  * 3. The same cases run through each context against the float64 reference (bounds of forward_check.h), so
  *    the variant that was reported is also the one checked. */
 #include "forward_check.h"
@@ -125,8 +127,86 @@ static void planner_cases(void) {
   }
 }
 
+/* The tensor-core backward's planner over the same made-up devices: f16/bf16 at head_dim 64 and 128 (and every
+   multiple of 8 up to 128) with both kernels' tiles within local memory; declined, with a reason, for f32,
+   head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
+   capability 7.x, paged K/V, and too little local memory. */
+static void backward_planner_cases(void) {
+  fcl_device_caps nv;
+  memset(&nv, 0, sizeof nv);
+  nv.vendor = FCL_VENDOR_NVIDIA;
+  nv.nv_cc_major = 9;
+  nv.local_mem_size = 48 << 10;
+  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
+  nv.is_gpu = 1;
+  fcl_tile_plan t[2];
+  for (int d = 8; d <= 128; d += 8)
+    for (int dt = 1; dt <= 2; ++dt) {
+      fcl_problem p = problem(d, (fcl_dtype)dt, 0);
+      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, t) == 0;
+      for (int w = 0; w < 2 && ok; ++w)
+        ok = t[w].kernel == FCL_KERNEL_NVIDIA_MMA && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
+             t[w].wg == t[w].tr * 32 && (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
+             (w == FCL_BWD_DKDV ? t[w].br : t[w].bc) % 16 == 0 &&
+             t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w) && t[w].local_bytes + 16 <= nv.local_mem_size &&
+             strlen(t[w].reason) > 0;
+      if (!ok || d == 64 || d == 128)
+        check(ok, "backward planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, dK/dV %d keys x %d query rows (%zu B), "
+              "dQ %d rows x %d keys (%zu B)", dtype_name((fcl_dtype)dt), d, t[0].bc, t[0].br, t[0].local_bytes, t[1].br,
+              t[1].bc, t[1].local_bytes);
+    }
+  struct {
+    const char *what;
+    int vendor, cc;
+    unsigned flags;
+    int64_t d, offset;
+    fcl_dtype dtype;
+    int paged;
+  } no[] = {
+      {"f32", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F32, 0},
+      {"head_dim 256", FCL_VENDOR_NVIDIA, 9, 0, 256, 0, FCL_DTYPE_F16, 0},
+      {"head_dim 136", FCL_VENDOR_NVIDIA, 9, 0, 136, 0, FCL_DTYPE_BF16, 0},
+      {"head_dim 60", FCL_VENDOR_NVIDIA, 9, 0, 60, 0, FCL_DTYPE_F16, 0},
+      {"offset 4 elements (rows not on 16 bytes)", FCL_VENDOR_NVIDIA, 9, 0, 64, 4, FCL_DTYPE_BF16, 0},
+      {"FCL_FLAG_PORTABLE_ONLY", FCL_VENDOR_NVIDIA, 9, FCL_FLAG_PORTABLE_ONLY, 128, 0, FCL_DTYPE_F16, 0},
+      {"other platform (PoCL)", FCL_VENDOR_OTHER, 0, 0, 64, 0, FCL_DTYPE_F16, 0},
+      {"compute capability 7.x", FCL_VENDOR_NVIDIA, 7, 0, 64, 0, FCL_DTYPE_F16, 0},
+      {"paged K/V", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F16, 1},
+  };
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; ++i) {
+    fcl_device_caps caps = nv;
+    caps.vendor = no[i].vendor;
+    caps.nv_cc_major = no[i].cc;
+    fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
+    if (no[i].d == 256) p.d = 256; /* resolve takes it; the planner must decline */
+    if (no[i].paged) p.block_table = (cl_mem)&caps; /* only tested against NULL by the planner */
+    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, t);
+    check(r != 0 && t[0].kernel == FCL_KERNEL_PORTABLE && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
+          no[i].what, t[0].reason);
+  }
+  /* Rows 16 bytes apart but with a row stride that is not a multiple of 8 elements. */
+  fcl_problem odd = problem(64, FCL_DTYPE_F16, 0);
+  odd.k_stride[2] = 68;
+  check(fcl_plan_nvidia_backward(&nv, &odd, 0, t) != 0 && strlen(t[0].reason) > 0,
+        "backward planner: k row stride 68 elements declines: %s", t[0].reason);
+  /* 24 KiB of local memory: smaller shapes within it at head_dim 64; head_dim 128 (26 KiB at the smallest shape)
+     and 4 KiB declined with a reason. */
+  fcl_device_caps small = nv;
+  small.local_mem_size = 24 << 10;
+  fcl_problem p = problem(64, FCL_DTYPE_BF16, 0);
+  int r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size,
+        "backward planner: 24 KiB local memory, head_dim 64: dK/dV %zu B, dQ %zu B", t[0].local_bytes, t[1].local_bytes);
+  p = problem(128, FCL_DTYPE_BF16, 0);
+  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 24 KiB local memory, head_dim 128 declines: %s", t[0].reason);
+  small.local_mem_size = 4 << 10;
+  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
+}
+
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */
-static int describe(fcl_context *ctx, int64_t d, fcl_dtype dtype, int64_t offset, fcl_plan_info *info) {
+static int describe_op(fcl_context *ctx, fcl_operation op, int64_t d, fcl_dtype dtype, int64_t offset, fcl_plan_info *info) {
   fcl_attention_desc desc;
   memset(&desc, 0, sizeof desc);
   desc.batch = 1;
@@ -136,9 +216,24 @@ static int describe(fcl_context *ctx, int64_t d, fcl_dtype dtype, int64_t offset
   desc.dtype = dtype;
   desc.q_offset = desc.k_offset = desc.v_offset = desc.o_offset = offset;
   memset(info, 0, sizeof *info);
-  fcl_status st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, info);
+  fcl_status st = fcl_describe_plan(ctx, op, &desc, info);
   if (st != FCL_SUCCESS) printf("     fcl_describe_plan: %s: %s\n", fcl_status_string(st), fcl_last_error());
   return st == FCL_SUCCESS;
+}
+
+static int describe(fcl_context *ctx, int64_t d, fcl_dtype dtype, int64_t offset, fcl_plan_info *info) {
+  return describe_op(ctx, FCL_OP_FORWARD, d, dtype, offset, info);
+}
+
+/* The backward's variant, as expect() checks the forward's: "nvidia_mma" where the tensor-core backward applies
+   (NVIDIA cc >= 8.0, f16/bf16, head_dim a multiple of 8 up to 128, aligned rows), else "portable". */
+static void expect_backward(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype dtype, int64_t offset,
+                            int want_mma) {
+  fcl_plan_info info;
+  const int ok = describe_op(ctx, FCL_OP_BACKWARD, d, dtype, offset, &info);
+  const char *want = want_mma ? "nvidia_mma" : "portable";
+  check(ok && strcmp(info.kernel, want) == 0, "%s: backward %s head_dim %lld%s runs %s (reported %s: %s)", ctx_name,
+        dtype_name(dtype), (long long)d, offset ? ", rows unaligned" : "", want, info.kernel, info.reason);
 }
 
 static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype dtype, int64_t offset, int want_mma) {
@@ -152,6 +247,7 @@ static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype 
 int main(void) {
   test_seed();
   planner_cases();
+  backward_planner_cases();
 
   const char *env_off = getenv("FLASHCL_PORTABLE_ONLY");
   const int forced_off = env_off && env_off[0] && strcmp(env_off, "0") != 0;
@@ -172,6 +268,13 @@ int main(void) {
     expect(env.fcl, "default", dims[i], FCL_DTYPE_F16, 0, mma);
     expect(env.fcl, "default", dims[i], FCL_DTYPE_BF16, 0, mma);
   }
+  for (int i = 0; i < 2; ++i) {
+    expect_backward(env.fcl, "default", dims[i], FCL_DTYPE_F16, 0, mma);
+    expect_backward(env.fcl, "default", dims[i], FCL_DTYPE_BF16, 0, mma);
+  }
+  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
+  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
+  expect_backward(env.fcl, "default", 256, FCL_DTYPE_F16, 0, 0);
   expect(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
   expect(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
   expect(env.fcl, "default", 63, FCL_DTYPE_F16, 0, 0);
@@ -187,6 +290,7 @@ int main(void) {
     for (int i = 0; i < 2; ++i) {
       expect(portable, "FCL_FLAG_PORTABLE_ONLY", dims[i], FCL_DTYPE_F16, 0, 0);
       expect(portable, "FCL_FLAG_PORTABLE_ONLY", dims[i], FCL_DTYPE_BF16, 0, 0);
+      expect_backward(portable, "FCL_FLAG_PORTABLE_ONLY", dims[i], FCL_DTYPE_F16, 0, 0);
     }
   setenv("FLASHCL_PORTABLE_ONLY", "1", 1);
   fcl_context *env_portable = NULL;
@@ -194,7 +298,10 @@ int main(void) {
   if (env_off) setenv("FLASHCL_PORTABLE_ONLY", env_off, 1);
   else unsetenv("FLASHCL_PORTABLE_ONLY");
   check(st == FCL_SUCCESS, "context with FLASHCL_PORTABLE_ONLY=1");
-  if (env_portable) expect(env_portable, "FLASHCL_PORTABLE_ONLY=1", 128, FCL_DTYPE_F16, 0, 0);
+  if (env_portable) {
+    expect(env_portable, "FLASHCL_PORTABLE_ONLY=1", 128, FCL_DTYPE_F16, 0, 0);
+    expect_backward(env_portable, "FLASHCL_PORTABLE_ONLY=1", 128, FCL_DTYPE_BF16, 0, 0);
+  }
 
   /* The same shapes computed by each context, against the float64 reference. */
   const fwd_case cases[] = {
