@@ -292,6 +292,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   for (int st = 0; st < nsteps; ++st) {
     const int hg = st / qtiles, h = hk * group + hg;
     const int q0 = q_begin + (st % qtiles) * BN;
+    (void)h; /* the head matters to the mask layer only with ALiBi or a mask (HMODS) */
     const uint boff = (uint)((st & 1) * BN * DS * 2); /* bytes to this step's buffer */
     CP_ASYNC_WAIT_ALL();          /* this step's Q, dO (and K, V) have landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (step st - 1) */
@@ -346,31 +347,48 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     MMA_AB(dk, da, q_k + boff);
   }
 
-  /* Non-finite accumulators (a NaN or inf reached them as 0 * x from a hidden entry, or a visible one): the
-     affected key rows of the warp again in float32, over the same query rows of every head of the group,
-     adding p dO and dS Q only where p != 0, as flash_bwd.cl does. */
-  int nonfinite = 0;
+  /* Which of the lane's two key rows hold a non-finite accumulator (a NaN or inf reached them as 0 * x from a
+     hidden entry, or from a visible one); the quad holds the row. */
+  int bad[2];
 #pragma unroll
-  for (int i = 0; i < OT; ++i)
+  for (int hr = 0; hr < 2; ++hr) {
+    bad[hr] = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(dk[i][e]) | fcl_nonfinite(dv[i][e]);
-  if (fcl_warp_any(nonfinite)) {
+    for (int i = 0; i < OT; ++i)
+      bad[hr] |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
+                 fcl_nonfinite(dv[i][2 * hr + 1]);
+    bad[hr] |= fcl_shfl_xor1(bad[hr]);
+    bad[hr] |= fcl_shfl_xor2(bad[hr]);
+  }
+
+  /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item; the accumulators
+     end here (the recomputation below then has the registers of a row at a time). */
+  CP_ASYNC_WAIT_ALL();          /* nothing in flight (a block without steps still has its K, V copy) */
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
+  const float ks = poisoned ? NAN : scale, vs = poisoned ? NAN : 1.0f;
 #pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int rl = wrow + g + hr * 8;
+#pragma unroll
+    for (int i = 0; i < OT; ++i) {
+      *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks);
+      *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(dv[i][2 * hr] * vs, dv[i][2 * hr + 1] * vs);
+    }
+  }
+
+  /* Rows with a non-finite accumulator again in float32, over the same query rows of every head of the group,
+     adding p dO and dS Q only where p != 0, as flash_bwd.cl does: slow, and taken only for non-finite inputs.
+     Each lane rewrites its own columns of the row in the tiles. */
+  if (fcl_warp_any(bad[0] | bad[1])) {
     for (int hr = 0; hr < 2; ++hr) {
-      int bad = 0;
+      if (!bad[hr]) continue;
+      const int key = k0 + wrow + g + hr * 8, rl = wrow + g + hr * 8;
+      float fk[OT][2], fv[OT][2];
 #pragma unroll
-      for (int i = 0; i < OT; ++i)
-        bad |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
-               fcl_nonfinite(dv[i][2 * hr + 1]);
-      bad |= fcl_shfl_xor1(bad); /* the quad holds the row */
-      bad |= fcl_shfl_xor2(bad);
-      if (!bad) continue;
-      const int key = k0 + wrow + g + hr * 8;
-#pragma unroll
-      for (int i = 0; i < OT; ++i) dk[i][2 * hr] = dk[i][2 * hr + 1] = dv[i][2 * hr] = dv[i][2 * hr + 1] = 0.0f;
-      if (key >= nk) continue; /* beyond the keys: zero gradients */
+      for (int i = 0; i < OT; ++i) fk[i][0] = fk[i][1] = fv[i][0] = fv[i][1] = 0.0f;
       __global const store_t *kr = k + kbase + (long)key * k_sn, *vr = v + vbase + (long)key * v_sn;
-      for (int hg = 0; hg < (poisoned ? 0 : group); ++hg) {
+      /* A key beyond nk gets zero gradients. */
+      for (int hg = 0; hg < (poisoned || key >= nk ? 0 : group); ++hg) {
         const int h = hk * group + hg;
         fcl_mods rm;
         FCL_MODS_INIT(rm, b, h, nq, nk);
@@ -391,27 +409,18 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
             for (int i = 0; i < OT; ++i)
               if (i * 8 + 2 * t < D) {
                 const int c = i * 8 + 2 * t;
-                dv[i][2 * hr] = fma(p, LOAD(orow, c), dv[i][2 * hr]);
-                dv[i][2 * hr + 1] = fma(p, LOAD(orow, c + 1), dv[i][2 * hr + 1]);
-                dk[i][2 * hr] = fma(ds, LOAD(qr, c), dk[i][2 * hr]);
-                dk[i][2 * hr + 1] = fma(ds, LOAD(qr, c + 1), dk[i][2 * hr + 1]);
+                fv[i][0] = fma(p, LOAD(orow, c), fv[i][0]);
+                fv[i][1] = fma(p, LOAD(orow, c + 1), fv[i][1]);
+                fk[i][0] = fma(ds, LOAD(qr, c), fk[i][0]);
+                fk[i][1] = fma(ds, LOAD(qr, c + 1), fk[i][1]);
               }
         }
       }
-    }
-  }
-
-  /* dK (scaled) and dV through the K and V tiles, so the global writes are 16 bytes a work-item. */
-  CP_ASYNC_WAIT_ALL();          /* nothing in flight (a block without steps still has its K, V copy) */
-  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int rl = wrow + g + hr * 8;
-    const float ks = poisoned ? NAN : scale, vs = poisoned ? NAN : 1.0f;
-#pragma unroll
-    for (int i = 0; i < OT; ++i) {
-      *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks);
-      *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(dv[i][2 * hr] * vs, dv[i][2 * hr + 1] * vs);
+      for (int i = 0; i < OT; ++i) {
+        *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(fk[i][0] * ks, fk[i][1] * ks);
+        *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(fv[i][0] * vs, fv[i][1] * vs);
+      }
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
