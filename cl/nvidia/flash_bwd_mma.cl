@@ -166,44 +166,51 @@ inline void fcl_load_rows(__local ushort *dst, __global const store_t *src, long
 #define BN_LANE(lane) ((((lane) & 7) + ((lane) >> 4) * 8) * DS + (((lane) >> 3) & 1) * 8)
 #define BK_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
 
-/* acc[NT][4] = A (m16, the warp's rows at a_addr) times the BN streamed rows at b_addr, transposed, over DP:
-   S = Q K^T-like products whose B rows are the n dimension. Addresses are shared-window bytes. */
-#define MMA_ABT(acc, a_addr, b_addr)                                                                   \
-  do {                                                                                               \
-    _Pragma("unroll") for (int i_ = 0; i_ < NT; ++i_) acc[i_][0] = acc[i_][1] = acc[i_][2] = acc[i_][3] = 0.0f; \
-    _Pragma("unroll") for (int kk_ = 0; kk_ < KT; ++kk_) {                                            \
-      uint a_[4];                                                                                    \
-      LDSM_X4(a_[0], a_[1], a_[2], a_[3], (a_addr) + (uint)(kk_ * 32));                              \
-      _Pragma("unroll") for (int np_ = 0; np_ < NT / 2; ++np_) {                                       \
-        uint b0_, b1_, b2_, b3_;                                                                     \
-        LDSM_X4(b0_, b1_, b2_, b3_, (b_addr) + (uint)((np_ * 16 * DS + kk_ * 16) * 2));               \
-        MMA(acc[2 * np_], a_, b0_, b1_);                                                             \
-        MMA(acc[2 * np_ + 1], a_, b2_, b3_);                                                         \
-      }                                                                                              \
-    }                                                                                                \
-  } while (0)
-
-/* acc[OT][4] += A (fragments a[PT][4] over the BN streamed rows) times the streamed tile at b_addr (rows are
-   the k dimension, read transposed): dV += P^T dO, dK += dS^T Q, dQ += dS K. */
-#define MMA_AB(acc, a, b_addr)                                                                         \
-  do {                                                                                               \
-    _Pragma("unroll") for (int kt_ = 0; kt_ < PT; ++kt_)                                             \
-      _Pragma("unroll") for (int np_ = 0; np_ < OT / 2; ++np_) {                                       \
-        uint b0_, b1_, b2_, b3_;                                                                     \
-        LDSM_X4_T(b0_, b1_, b2_, b3_, (b_addr) + (uint)((kt_ * 16 * DS + np_ * 16) * 2));             \
-        MMA(acc[2 * np_], a[kt_], b0_, b1_);                                                         \
-        MMA(acc[2 * np_ + 1], a[kt_], b2_, b3_);                                                     \
-      }                                                                                              \
-  } while (0)
-
-/* Accumulators s[NT][4] packed into A fragments a[PT][4]. */
-#define PACK_A(a, s)                                                                                   \
-  _Pragma("unroll") for (int kt_ = 0; kt_ < PT; ++kt_) {                                               \
-    a[kt_][0] = fcl_pack2(s[2 * kt_][0], s[2 * kt_][1]);                                             \
-    a[kt_][1] = fcl_pack2(s[2 * kt_][2], s[2 * kt_][3]);                                             \
-    a[kt_][2] = fcl_pack2(s[2 * kt_ + 1][0], s[2 * kt_ + 1][1]);                                     \
-    a[kt_][3] = fcl_pack2(s[2 * kt_ + 1][2], s[2 * kt_ + 1][3]);                                     \
+/* acc = A (m16, the warp's rows at a_addr) times the BN streamed rows at b_addr, transposed, over DP: S = Q K^T-like
+   products whose B rows are the n dimension. Addresses are shared-window bytes. (Inline functions rather than
+   macros, so that `#pragma unroll` stands on its own line as in flash_fwd_mma.cl; once inlined, the arrays
+   are registers.) */
+inline void fcl_mma_abt(float acc[NT][4], uint a_addr, uint b_addr) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    uint a[4];
+    LDSM_X4(a[0], a[1], a[2], a[3], a_addr + (uint)(kk * 32));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint b0, b1, b2, b3;
+      LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
+      MMA(acc[2 * np], a, b0, b1);
+      MMA(acc[2 * np + 1], a, b2, b3);
+    }
   }
+}
+
+/* acc += A (fragments a over the BN streamed rows) times the streamed tile at b_addr (rows are the k dimension,
+   read transposed): dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+inline void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
+#pragma unroll
+  for (int kt = 0; kt < PT; ++kt)
+#pragma unroll
+    for (int np = 0; np < OT / 2; ++np) {
+      uint b0, b1, b2, b3;
+      LDSM_X4_T(b0, b1, b2, b3, b_addr + (uint)((kt * 16 * DS + np * 16) * 2));
+      MMA(acc[2 * np], a[kt], b0, b1);
+      MMA(acc[2 * np + 1], a[kt], b2, b3);
+    }
+}
+
+/* Accumulators s of n8 tiles 2i and 2i+1 packed into the m16k16 A fragment a[i]. */
+inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
+#pragma unroll
+  for (int kt = 0; kt < PT; ++kt) {
+    a[kt][0] = fcl_pack2(s[2 * kt][0], s[2 * kt][1]);
+    a[kt][1] = fcl_pack2(s[2 * kt][2], s[2 * kt][3]);
+    a[kt][2] = fcl_pack2(s[2 * kt + 1][0], s[2 * kt + 1][1]);
+    a[kt][3] = fcl_pack2(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+  }
+}
 
 #if MMA_KIND == 1
 
@@ -300,8 +307,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
     /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
     float dp[NT][4], s[NT][4];
-    MMA_ABT(dp, v_a, o_n + boff);
-    MMA_ABT(s, k_a, q_n + boff);
+    fcl_mma_abt(dp, v_a, o_n + boff);
+    fcl_mma_abt(s, k_a, q_n + boff);
 
     /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
        through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
@@ -339,12 +346,12 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
         }
     }
     uint pa[PT][4], da[PT][4];
-    PACK_A(pa, s);
-    PACK_A(da, dp);
+    fcl_pack_a(pa, s);
+    fcl_pack_a(da, dp);
 
     /* dV += P^T dO, dK += dS^T Q. */
-    MMA_AB(dv, pa, o_k + boff);
-    MMA_AB(dk, da, q_k + boff);
+    fcl_mma_ab(dv, pa, o_k + boff);
+    fcl_mma_ab(dk, da, q_k + boff);
   }
 
   /* Which of the lane's two key rows hold a non-finite accumulator (a NaN or inf reached them as 0 * x from a
@@ -584,9 +591,9 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
         }
     }
     uint da[PT][4];
-    PACK_A(da, s);
+    fcl_pack_a(da, s);
     /* dQ += dS K. */
-    MMA_AB(acc, da, k_k + boff);
+    fcl_mma_ab(acc, da, k_k + boff);
   }
 
   /* Non-finite accumulators: the affected rows of the warp again in float32 over the same keys, adding dS K
