@@ -437,6 +437,7 @@ def run(a):
                 for n in a.seqlen:
                     rec = fcl.get((impl, n))
                     row = {"dtype": dtype, "d": d, "causal": causal, "n": n, "batch": a.batch, "heads": a.heads,
+                           "backward": a.backward,
                            "flashcl": rec["median_ms"] if rec and rec["status"] == "ok" else (rec["status"] if rec else "-"),
                            "reference": None}
                     if a.with_reference and not a.backward:

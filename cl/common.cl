@@ -249,6 +249,22 @@ inline int2 fcl_key_block(const fcl_seq *s, int j) {
   return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - e * s->block_size);
 }
 
+/* Element offset of sequence s's first query row of head h in q, o or dO (off and strides of that tensor):
+   its packed rows with VARLEN_Q, batch b's otherwise. */
+inline long fcl_query_base(const fcl_seq *s, long b, long h, long off, long sb, long sh, long sn) {
+  return off + (VARLEN_Q ? s->q_row * sn : b * sb) + h * sh;
+}
+/* Element offset of sequence s's first key row of kv head hk in k or v: batch b's (KV 0), its packed rows
+   (KV 1), or the pool's kv head (KV 2, where each key's block comes on top). */
+inline long fcl_key_base(const fcl_seq *s, long b, long hk, long off, long sb, long sh, long sn) {
+  return off + (KV == 0 ? b * sb : s->k_row * sn) + hk * sh;
+}
+/* Index of sequence s's first query row of head h in lse: [heads, total_q] with VARLEN_Q, else
+   [batch, heads, nq_max]. */
+inline long fcl_lse_base(const fcl_seq *s, long b, long h, int num_heads, int nq_max, int total_q) {
+  return VARLEN_Q ? h * total_q + s->q_row : (b * num_heads + h) * nq_max;
+}
+
 /* Paged keys: the element offset of key j < s->nk from the (pool, kv head) base of K or V (sb: the pool's block
    stride, sn: its row stride), or -1 for a key of a block outside the pool. */
 inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {

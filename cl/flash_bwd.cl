@@ -68,7 +68,7 @@ void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __g
     FCL_SEQ_INIT(seq, b, nq_max, nk_max);
     /* A sequence whose indices did not fit has an unknown share of the sum. */
     bad |= seq.bad || seq.skip;
-    const long base = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+    const long base = fcl_lse_base(&seq, b, h, num_heads, nq_max, total_q);
     for (int r = lid; r < (seq.bad ? 0 : seq.nq); r += WG) {
       const float l = lse[base + r];
       /* A row whose lse is -inf saw no key and no finite sink: it contributes nothing. */
@@ -156,8 +156,8 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
   const int nq = seq.nq, nk = seq.nk;
   /* Any bad index of the sequence: its dK, dV rows are NaN, and nothing is computed. */
   const bool poisoned = seq.bad || seq.skip;
-  const long kbase = k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
-  const long vbase = v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  const long kbase = fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn);
+  const long vbase = fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
   LOAD_TILE(Ks, k + kbase, k_sn, k0, BM, nk, 1.0f);
   LOAD_TILE(Vs, v + vbase, v_sn, k0, BM, nk, 1.0f);
 
@@ -173,9 +173,9 @@ void flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __glob
     fcl_mods mods;
     FCL_MODS_INIT(mods, b, h, nq, nk);
     const int q_begin = fcl_row_begin(&mods, k0), q_end = fcl_row_end(&mods, min(k0 + BM, nk) - 1, nq);
-    __global const store_t *qh = q + q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
-    __global const store_t *doh = d_o + o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
-    const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+    __global const store_t *qh = q + fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
+    __global const store_t *doh = d_o + fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
+    const long lbase = fcl_lse_base(&seq, b, h, num_heads, nq_max, total_q);
     for (int q0 = q_begin; q0 < q_end; q0 += BN) {
       barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with Qs, dOs, Pt, dSt */
       LOAD_TILE(Qs, qh, q_sn, q0, BN, nq, 1.0f);
@@ -296,12 +296,12 @@ void flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global
   FCL_SEQ_INIT(seq, b, nq_max, nk_max);
   const int nq = seq.nq, nk = seq.nk;
   if (q0 >= nq) return;
-  const long qbase = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
-  __global const store_t *kh = k + k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
-  __global const store_t *vh = v + v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
-  const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+  const long qbase = fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
+  __global const store_t *kh = k + fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn);
+  __global const store_t *vh = v + fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
+  const long lbase = fcl_lse_base(&seq, b, h, num_heads, nq_max, total_q);
   LOAD_TILE(Qs, q + qbase, q_sn, q0, BM, nq, 1.0f);
-  LOAD_TILE(dOs, d_o + o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh, o_sn, q0, BM, nq, 1.0f);
+  LOAD_TILE(dOs, d_o + fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn), o_sn, q0, BM, nq, 1.0f);
   for (int r = lid; r < BM; r += WG) {
     const bool in = q0 + r < nq;
     Ls[r] = in ? lse[lbase + q0 + r] * FCL_LOG2E : 0.0f;

@@ -71,10 +71,10 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int nq = seq.nq, nk = seq.nk;
   const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
   if (q0 >= nrows) return;
-  q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
-  o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
-  k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
-  v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  q += fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
+  o += fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
+  k += fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn); /* paged: a block's offset comes per key */
+  v += fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
   for (int i_ = lid; i_ < BR * DP; i_ += WG) {
@@ -269,7 +269,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
       const int c = tc + n * TC;
       if (c < D) STORE(o, ROW_OFF(row, o_sh, o_sn) + c, acc[i][n] * inv);
     }
-    const long lse_row = VARLEN_Q ? (long)hr * total_q + seq.q_row : ((long)b * num_heads + hr) * nq_max;
+    const long lse_row = fcl_lse_base(&seq, b, hr, num_heads, nq_max, total_q);
     if (lse && tc == 0)
       lse[lse_row + qi] = seq.bad ? NAN : l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * FCL_LN2;
   }

@@ -23,14 +23,14 @@
 
 /* Element offset of query row i < s->nq of sequence b, head h, in q or o (offset and strides of that tensor). */
 inline long fcl_ref_query_offset(const fcl_seq *s, long b, long h, int i, long off, long sb, long sh, long sn) {
-  return off + (VARLEN_Q ? (s->q_row + i) * sn : b * sb + (long)i * sn) + h * sh;
+  return fcl_query_base(s, b, h, off, sb, sh, sn) + (long)i * sn;
 }
 /* Element offset of key j < s->nk of sequence b, kv head hk, in k or v, as flash_fwd.cl addresses it; -1 for a
    key of a block outside the pool (it reads as NaN). */
 inline long fcl_ref_key_offset(const fcl_seq *s, long b, long hk, int j, long off, long sb, long sh, long sn) {
   const int2 page[1] = {KV == 2 ? fcl_key_block(s, j) : (int2)(0, 0)};
   const long at = FCL_KEY_OFFSET(page, 0, j, sb, sn);
-  return at < 0 ? -1L : off + (KV == 0 ? b * sb : s->k_row * sn) + hk * sh + at;
+  return at < 0 ? -1L : fcl_key_base(s, b, hk, off, sb, sh, sn) + at;
 }
 
 #ifdef WG

@@ -1,6 +1,7 @@
 /* flashcl-bench: times fcl_attention_forward ("flash"), the CLBlast reference path ("reference") and
- * fcl_attention_backward ("backward") on one OpenCL device, over a list of sequence lengths or a sweep
- * that doubles N until the reference path runs out of memory and goes on with the others.
+ * fcl_attention_backward ("backward") on one OpenCL device, over a list of sequence lengths, a sweep that
+ * doubles N until the reference path runs out of memory and goes on with the others, or one batch of
+ * sequences of different lengths.
  *
  * Timing: each run is enqueued behind a gate command (a 4-byte fill) that waits on a user event; the user
  * event is released once the whole call is enqueued, so host-side enqueue cost is excluded and the device
@@ -12,8 +13,20 @@
  * used (shown as timer "wall"). After --warmup untimed runs,
  * --iters runs give the median, min and max.
  *
- * FLOP counts (the usual convention, so rows compare by time): forward 4*B*H*Nq*Nk*d, backward
- * 10*B*H*Nq*Nk*d, halved when causal. Extra memory: device memory a call uses beyond its inputs and
+ * Variable lengths (--varlen MIN:MAX or --varlen-list, the shape serving engines run): B sequences with
+ * their own key counts (drawn from --seed, so runs repeat), packed end to end by cu_seqlens as
+ * FlashAttention's flash_attn_varlen_func takes them, [total, heads, d]; each sequence has as many query rows
+ * as keys (prefill) or --seqlen-q rows (decode), and with --paged its K and V sit in a shuffled paged pool
+ * found through seqlens_k and a block table (vLLM's decode). One row of results; its N is the longest
+ * sequence, and the JSON gives every key count and the totals. For example, vLLM-shaped prefill and decode:
+ *   flashcl-bench --varlen 100:8000 --batch 64 --heads 32 --kv-heads 8 --head-dim 128 --dtype f16 --causal
+ *   flashcl-bench --varlen 100:8000 --batch 64 --heads 32 --kv-heads 8 --head-dim 128 --dtype f16 --causal \
+ *     --seqlen-q 1 --paged 16
+ *
+ * FLOP counts (the usual convention, so rows compare by time), summed over the sequences: forward
+ * 4*H*Nq*Nk*d per sequence, backward 10*H*Nq*Nk*d, halved when causal with Nq = Nk; with a causal mask and
+ * Nq != Nk, or a window, only the visible scores count. K+V read rate: the bytes of the keys and values the
+ * sequences attend to, per median time. Extra memory: device memory a call uses beyond its inputs and
  * outputs: the split-KV partials for the flash forward (0 unless it splits), the score matrix and float32
  * copies for the reference path, the workspace for the backward.
  */
@@ -49,6 +62,9 @@ typedef struct options {
   int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
   long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
   long long paged;        /* --paged BS: K and V in a pool of blocks of BS rows, in shuffled order; 0 dense */
+  long long *varlen;      /* --varlen, --varlen-list: each sequence's key count, [batch]; NULL: dense tensors */
+  long long varlen_min, varlen_max; /* --varlen MIN:MAX, the range varlen is drawn from; 0: --varlen-list */
+  unsigned long long seed; /* --seed: the --varlen draw and the --paged block order */
   double max_diff; /* > 0: exit status 1 when max |O_flash - O_reference| exceeds it */
 } options;
 
@@ -91,9 +107,16 @@ static void usage(FILE *f) {
           "                      stops at its first failure (out of memory), the others go on\n"
           "  --seqlen-q Q        Q query rows against each --seqlen N keys (decode: 1; default Q = N);\n"
           "                      the table then also gives the K and V bytes read per second\n"
+          "  --varlen MIN:MAX    a batch of B (--batch) sequences of different lengths instead of --seqlen:\n"
+          "                      key counts drawn uniformly from MIN..MAX, q, k, v, o packed [total, heads, d]\n"
+          "                      by cu_seqlens (FlashAttention's varlen layout; with --paged, k and v in the\n"
+          "                      pool and seqlens_k giving the key counts); each sequence's query rows are\n"
+          "                      its key count (prefill), or --seqlen-q Q (decode: 1)\n"
+          "  --varlen-list N,... the same with these key counts (B = their number)\n"
+          "  --seed S            seed of the --varlen draw and the --paged block order (default 1)\n"
           "  --layout bhnd|bnhd  q, k, v, o as [batch, heads, seq, d] (default) or [batch, seq, heads, d]\n"
           "  --paged BS          k and v in a paged pool [blocks, BS, kv heads, d] (vLLM's order) with a\n"
-          "                      block table in shuffled order (the flash forward only)\n"
+          "                      block table in shuffled order (the backward refuses it)\n"
           "  --flush MIB         fill a MIB-MiB buffer before each run (outside its time), so that its inputs\n"
           "                      are not read from the cache a previous run left them in (default 0)\n"
           "  --causal            causal mask\n"
@@ -116,8 +139,72 @@ static int parse_ll(const char *s, long long *out) {
   return 0;
 }
 
+/* A comma-separated list of integers in [1, 2^31) into out[0 .. max - 1]; returns their number, or -1
+   (reported). */
+static int parse_list(const char *opt, const char *val, long long *out, int max) {
+  char *copy = strdup(val);
+  int count = 0, bad = 0;
+  for (char *tok = strtok(copy, ","); tok && !bad; tok = strtok(NULL, ",")) {
+    long long v;
+    bad = parse_ll(tok, &v) || v < 1 || v > INT32_MAX || count == max;
+    if (!bad) out[count++] = v;
+  }
+  free(copy);
+  if (bad && count == max) fprintf(stderr, "flashcl-bench: %s %s: at most %d lengths\n", opt, val, max);
+  else if (bad || !count)
+    fprintf(stderr, "flashcl-bench: %s %s: expected comma-separated integers from 1 to 2^31 - 1\n", opt, val);
+  return bad || !count ? -1 : count;
+}
+
+/* The bench's pseudo-random choices (the --varlen lengths, the --paged block order): splitmix64 from --seed,
+   the same on every platform, so that a seed names one batch everywhere. */
+static unsigned long long draw_state;
+static long long draw_below(long long n) {
+  unsigned long long z = (draw_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (long long)((z ^ (z >> 31)) % (unsigned long long)n);
+}
+
+/* --varlen, --varlen-list: the key counts, checked against the options they replace or bound. */
+static int setup_varlen(options *o, int batch_given, int seqlens_given, int num_listed) {
+  if (seqlens_given || o->sweep || o->bnhd) {
+    fprintf(stderr, "flashcl-bench: --varlen and --varlen-list pack the sequences [total, heads, d]: they take no "
+                    "--seqlen, --sweep or --layout\n");
+    return -1;
+  }
+  if (num_listed) {
+    if (batch_given && o->batch != num_listed) {
+      fprintf(stderr, "flashcl-bench: --batch %lld but --varlen-list has %d lengths\n", o->batch, num_listed);
+      return -1;
+    }
+    o->batch = num_listed;
+  } else {
+    o->varlen = malloc(sizeof(long long) * (size_t)o->batch);
+    if (!o->varlen) return -1;
+    for (long long b = 0; b < o->batch; ++b)
+      o->varlen[b] = o->varlen_min + draw_below(o->varlen_max - o->varlen_min + 1);
+  }
+  long long total_k = 0, longest = 0;
+  for (long long b = 0; b < o->batch; ++b) {
+    total_k += o->varlen[b];
+    if (o->varlen[b] > longest) longest = o->varlen[b];
+  }
+  const long long total_q = o->seqlen_q ? o->batch * o->seqlen_q : total_k;
+  if (total_k > INT32_MAX || total_q > INT32_MAX) { /* cu_seqlens are int32 */
+    fprintf(stderr, "flashcl-bench: --varlen: %lld keys and %lld query rows in all; at most 2^31 - 1\n", total_k,
+            total_q);
+    return -1;
+  }
+  o->seqlens[0] = longest; /* one row of results, N = the longest sequence */
+  o->num_seqlens = 1;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
+  o->seed = 1;
+  int batch_given = 0, seqlens_given = 0, num_listed = 0;
   o->dtype = FCL_DTYPE_F32;
   o->batch = 4, o->heads = 16, o->kv_heads = 0, o->head_dim = 64;
   o->max_seqlen = 131072;
@@ -162,7 +249,10 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "flashcl-bench: --dtype %s: expected f32, f16 or bf16\n", val);
         return -1;
       }
-    } else if (!strcmp(a, "--batch")) NUMBER(o->batch, 1);
+    } else if (!strcmp(a, "--batch")) {
+      NUMBER(o->batch, 1);
+      batch_given = 1;
+    }
     else if (!strcmp(a, "--heads")) NUMBER(o->heads, 1);
     else if (!strcmp(a, "--kv-heads")) NUMBER(o->kv_heads, 0);
     else if (!strcmp(a, "--head-dim")) NUMBER(o->head_dim, 1);
@@ -172,6 +262,26 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
     else if (!strcmp(a, "--paged")) NUMBER(o->paged, 1);
+    else if (!strcmp(a, "--seed")) NUMBER(o->seed, 0);
+    else if (!strcmp(a, "--varlen") || !strcmp(a, "--varlen-list")) {
+      NEED_VALUE();
+      if (o->varlen_min || o->varlen) {
+        fprintf(stderr, "flashcl-bench: %s: --varlen or --varlen-list, once\n", a);
+        return -1;
+      }
+      if (!strcmp(a, "--varlen-list")) {
+        const int max = (int)strlen(val) / 2 + 1; /* no more than the commas allow */
+        o->varlen = malloc(sizeof(long long) * (size_t)max);
+        if (!o->varlen || (num_listed = parse_list(a, val, o->varlen, max)) < 0) return -1;
+      } else {
+        char tail;
+        if (sscanf(val, "%lld:%lld%c", &o->varlen_min, &o->varlen_max, &tail) != 2 || o->varlen_min < 1 ||
+            o->varlen_max < o->varlen_min || o->varlen_max > INT32_MAX) {
+          fprintf(stderr, "flashcl-bench: --varlen %s: expected MIN:MAX with 1 <= MIN <= MAX < 2^31\n", val);
+          return -1;
+        }
+      }
+    }
     else if (!strcmp(a, "--causal")) o->causal = 1;
     else if (!strcmp(a, "--layout")) {
       NEED_VALUE();
@@ -203,22 +313,8 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     else if (!strcmp(a, "--seqlen")) {
       NEED_VALUE();
-      char *copy = strdup(val);
-      o->num_seqlens = 0;
-      for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
-        long long v;
-        if (parse_ll(tok, &v) || v < 1 || o->num_seqlens == 64) {
-          fprintf(stderr, "flashcl-bench: --seqlen %s: expected up to 64 comma-separated integers >= 1\n", val);
-          free(copy);
-          return -1;
-        }
-        o->seqlens[o->num_seqlens++] = v;
-      }
-      free(copy);
-      if (!o->num_seqlens) {
-        fprintf(stderr, "flashcl-bench: --seqlen needs at least one length\n");
-        return -1;
-      }
+      if ((o->num_seqlens = parse_list(a, val, o->seqlens, 64)) < 0) return -1;
+      seqlens_given = 1;
     } else if (!strcmp(a, "--impl")) {
       NEED_VALUE();
       memset(o->impl, 0, sizeof o->impl);
@@ -246,6 +342,8 @@ static int parse_args(int argc, char **argv, options *o) {
     fprintf(stderr, "flashcl-bench: --kv-heads %lld does not divide --heads %lld\n", o->kv_heads, o->heads);
     return -1;
   }
+  draw_state = o->seed;
+  if ((o->varlen_min || o->varlen) && setup_varlen(o, batch_given, seqlens_given, num_listed)) return -1;
   if (o->sweep) {
     o->num_seqlens = 0;
     for (long long n = 512; n <= o->max_seqlen && o->num_seqlens < 64; n *= 2) o->seqlens[o->num_seqlens++] = n;
@@ -442,12 +540,146 @@ static cl_mem make_buffer(bench *b, size_t count, fcl_dtype t, int random, cl_in
   return buf;
 }
 
-/* ---- one timed call ---- */
+/* ---- the batch of sequences, its descriptor and tensors ---- */
 
 typedef struct tensors {
-  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace, table;
+  cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
+  cl_mem cu_q, cu_k, seqlens_k, table; /* the int32 index buffers desc names */
+  size_t o_elems; /* elements of o (and o_ref) */
   int splits; /* the flash forward's split-KV chunks (fcl_describe_plan) */
 } tensors;
+
+/* The batch for one row of results: sequence b attends with nq[b] query rows (--seqlen-q, else nk[b]) to
+   nk[b] keys (its --varlen length, else the row's N). */
+typedef struct batch_lengths {
+  long long *nq, *nk;
+  long long total_q, total_k, max_q, max_k;
+} batch_lengths;
+
+static void batch_lengths_free(batch_lengths *len) {
+  free(len->nq);
+  free(len->nk);
+}
+
+static int batch_lengths_init(const options *o, long long n, batch_lengths *len) {
+  memset(len, 0, sizeof *len);
+  len->nq = malloc(sizeof(long long) * (size_t)o->batch);
+  len->nk = malloc(sizeof(long long) * (size_t)o->batch);
+  if (!len->nq || !len->nk) {
+    batch_lengths_free(len);
+    return -1;
+  }
+  for (long long b = 0; b < o->batch; ++b) {
+    len->nk[b] = o->varlen ? o->varlen[b] : n;
+    len->nq[b] = o->seqlen_q ? o->seqlen_q : len->nk[b];
+    len->total_q += len->nq[b], len->total_k += len->nk[b];
+    if (len->nq[b] > len->max_q) len->max_q = len->nq[b];
+    if (len->nk[b] > len->max_k) len->max_k = len->nk[b];
+  }
+  return 0;
+}
+
+static long long blocks_for(long long keys, long long block_size) { return (keys + block_size - 1) / block_size; }
+
+/* The descriptor of the batch, index buffers aside (make_indices): dense [batch] tensors (--layout's
+   strides), or with --varlen packed [total, heads, d] sequences (zero strides), K/V paged with --paged. */
+static void describe(const options *o, const batch_lengths *len, fcl_attention_desc *desc) {
+  const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim;
+  memset(desc, 0, sizeof *desc);
+  desc->batch = o->batch, desc->num_heads = o->heads, desc->num_kv_heads = o->kv_heads;
+  desc->seqlen_q = len->max_q, desc->seqlen_k = len->max_k, desc->head_dim = d; /* FA2's max_seqlen_q, _k */
+  desc->dtype = o->dtype, desc->causal = o->causal;
+  desc->window = o->window, desc->window_left = o->window_left, desc->window_right = o->window_right;
+  if (o->bnhd) { /* [batch, seq, heads, d]: element strides (batch, head, row) */
+    const int64_t qs[3] = {desc->seqlen_q * o->heads * d, d, o->heads * d};
+    const int64_t ks[3] = {desc->seqlen_k * hkv * d, d, hkv * d};
+    memcpy(desc->q_stride, qs, sizeof qs), memcpy(desc->o_stride, qs, sizeof qs);
+    memcpy(desc->k_stride, ks, sizeof ks), memcpy(desc->v_stride, ks, sizeof ks);
+  }
+  if (o->varlen) {
+    desc->total_q = len->total_q;
+    if (!o->paged) desc->total_k = len->total_k;
+  }
+  if (o->paged) { /* vLLM's pool order [block, row, kv head, d]; each sequence has just the blocks it needs */
+    desc->block_size = o->paged, desc->block_table_stride = blocks_for(len->max_k, o->paged);
+    for (long long b = 0; b < o->batch; ++b) desc->num_blocks += blocks_for(len->nk[b], o->paged);
+    const int64_t ps[3] = {o->paged * hkv * d, d, hkv * d};
+    memcpy(desc->k_stride, ps, sizeof ps), memcpy(desc->v_stride, ps, sizeof ps);
+  }
+}
+
+/* The paged block table [batch, block_table_stride]: the pool's blocks in shuffled order (as an allocator
+   leaves them after some churn), dealt to the sequences in turn; entries past a sequence's last block are
+   never read and hold 0, as vLLM pads them. NULL when out of host memory. */
+static long long *block_table(const batch_lengths *len, const fcl_attention_desc *desc) {
+  long long *order = malloc(sizeof(long long) * (size_t)desc->num_blocks);
+  long long *table = calloc((size_t)(desc->batch * desc->block_table_stride), sizeof(long long));
+  if (order && table) {
+    for (long long i = 0; i < desc->num_blocks; ++i) order[i] = i;
+    for (long long i = desc->num_blocks - 1; i > 0; --i) {
+      const long long j = draw_below(i + 1), x = order[i];
+      order[i] = order[j], order[j] = x;
+    }
+    long long next = 0;
+    for (long long b = 0; b < desc->batch; ++b)
+      for (long long j = 0; j < blocks_for(len->nk[b], desc->block_size); ++j)
+        table[b * desc->block_table_stride + j] = order[next++];
+  } else {
+    free(table);
+    table = NULL;
+  }
+  free(order);
+  return table;
+}
+
+/* An int32 buffer of values[0 .. count - 1]; NULL with *err set on failure. */
+static cl_mem int_buffer(bench *b, const long long *values, size_t count, cl_int *err) {
+  int32_t *host = malloc(count * sizeof *host);
+  if (!host) {
+    *err = CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+  }
+  for (size_t i = 0; i < count; ++i) host[i] = (int32_t)values[i];
+  cl_mem buf = clCreateBuffer(b->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof *host, host, err);
+  free(host);
+  return *err == CL_SUCCESS ? buf : NULL;
+}
+
+/* Offsets of packed sequences: cu[0] = 0, cu[b + 1] = cu[b] + lengths[b]. */
+static cl_mem cu_seqlens_buffer(bench *b, const long long *lengths, long long batch, cl_int *err) {
+  long long *cu = malloc(sizeof(long long) * (size_t)(batch + 1));
+  if (!cu) {
+    *err = CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+  }
+  cu[0] = 0;
+  for (long long i = 0; i < batch; ++i) cu[i + 1] = cu[i] + lengths[i];
+  cl_mem buf = int_buffer(b, cu, (size_t)batch + 1, err);
+  free(cu);
+  return buf;
+}
+
+/* The index buffers desc calls for, into t and desc: cu_seqlens_q and cu_seqlens_k (seqlens_k with paged K/V)
+   of packed sequences, the block table of paged K/V. Returns 0 or the failing CL error. */
+static cl_int make_indices(bench *b, const batch_lengths *len, fcl_attention_desc *desc, tensors *t) {
+  const options *o = &b->opt;
+  cl_int err = CL_SUCCESS;
+  if (o->varlen) {
+    if (!(desc->cu_seqlens_q = t->cu_q = cu_seqlens_buffer(b, len->nq, o->batch, &err))) return err;
+    if (o->paged ? !(desc->seqlens_k = t->seqlens_k = int_buffer(b, len->nk, (size_t)o->batch, &err))
+                 : !(desc->cu_seqlens_k = t->cu_k = cu_seqlens_buffer(b, len->nk, o->batch, &err)))
+      return err;
+  }
+  if (o->paged) {
+    long long *entries = block_table(len, desc);
+    if (!entries) return CL_OUT_OF_HOST_MEMORY;
+    desc->block_table = t->table = int_buffer(b, entries, (size_t)(desc->batch * desc->block_table_stride), &err);
+    free(entries);
+  }
+  return err;
+}
+
+/* ---- one timed call ---- */
 
 static fcl_status call_impl(bench *b, int impl, const fcl_attention_desc *desc, const tensors *t, cl_event *ev) {
   switch (impl) {
@@ -537,7 +769,24 @@ static void set_status(result *r, fcl_status st, const char *msg) {
   snprintf(r->message, sizeof r->message, "%s: %s", fcl_status_string(st), msg);
 }
 
-static void measure(bench *b, int impl, const fcl_attention_desc *desc, const tensors *t, result *r) {
+/* Scores one sequence of nq query rows against nk keys computes, the FLOP count's unit: nq * nk, half of that
+   when causal with nq == nk (the usual convention), else with a causal mask or window those it leaves
+   visible, counted row by row. */
+static double scores_computed(const fcl_attention_desc *desc, long long nq, long long nk) {
+  if (!desc->window && (!desc->causal || nq == nk)) return (double)nq * (double)nk * (desc->causal ? 0.5 : 1.0);
+  const long long left = desc->window ? desc->window_left : -1, right = desc->causal ? 0 : desc->window_right;
+  double visible = 0;
+  for (long long i = 0; i < nq; ++i) {
+    const long long p = i + nk - nq; /* bottom-right aligned */
+    const long long lo = left < 0 ? 0 : p - left, hi = right < 0 ? nk - 1 : p + right;
+    const long long n = (hi < nk - 1 ? hi : nk - 1) - (lo > 0 ? lo : 0) + 1;
+    visible += n > 0 ? (double)n : 0.0;
+  }
+  return visible;
+}
+
+static void measure(bench *b, int impl, const fcl_attention_desc *desc, const batch_lengths *len, const tensors *t,
+                    result *r) {
   const options *o = &b->opt;
   memset(r, 0, sizeof *r);
   r->max_diff = -1;
@@ -571,26 +820,12 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const te
   r->min_ms = times[0];
   r->max_ms = times[o->iters - 1];
   r->timer = wall ? "wall" : "events";
-  double flops = (impl == IMPL_BACKWARD ? 10.0 : 4.0) * (double)desc->batch * (double)desc->num_heads *
-                 (double)desc->seqlen_q * (double)desc->seqlen_k * (double)desc->head_dim;
-  if (desc->window) {
-    /* The scores the window leaves visible, counted row by row. */
-    const long long nq = desc->seqlen_q, nk = desc->seqlen_k, wr = desc->causal ? 0 : desc->window_right;
-    double visible = 0;
-    for (long long i = 0; i < nq; ++i) {
-      const long long p = i + nk - nq;
-      const long long lo = desc->window_left < 0 ? 0 : p - desc->window_left;
-      const long long hi = wr < 0 ? nk - 1 : p + wr;
-      const long long n = (hi < nk - 1 ? hi : nk - 1) - (lo > 0 ? lo : 0) + 1;
-      visible += n > 0 ? (double)n : 0.0;
-    }
-    flops = flops / ((double)nq * (double)nk) * visible;
-  } else if (desc->causal) {
-    flops /= 2;
-  }
+  double scores = 0;
+  for (long long i = 0; i < desc->batch; ++i) scores += scores_computed(desc, len->nq[i], len->nk[i]);
+  const double flops = (impl == IMPL_BACKWARD ? 10.0 : 4.0) * (double)desc->num_heads * (double)desc->head_dim * scores;
   r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
-  const double kv_bytes = 2.0 * (double)desc->batch * (double)(desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads) *
-                          (double)desc->seqlen_k * (double)desc->head_dim * (desc->dtype == FCL_DTYPE_F32 ? 4.0 : 2.0);
+  const double kv_bytes = 2.0 * (double)(desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads) *
+                          (double)len->total_k * (double)desc->head_dim * (double)elem_size(desc->dtype);
   r->kv_gbps = kv_bytes / (r->median_ms * 1e-3) / 1e9;
   free(times);
 }
@@ -650,12 +885,24 @@ static void print_header(const bench *b) {
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
          window, o->iters, o->warmup);
+  if (o->varlen) {
+    long long shortest = o->varlen[0], total = 0;
+    for (long long i = 0; i < o->batch; ++i) {
+      total += o->varlen[i];
+      if (o->varlen[i] < shortest) shortest = o->varlen[i];
+    }
+    printf("# varlen: B=%lld sequences of %lld..%lld keys, %lld in all (N below: the longest), packed [total, heads, "
+           "d]%s; query rows: %s\n",
+           o->batch, shortest, o->seqlens[0], total, o->paged ? ", K/V paged" : "",
+           o->seqlen_q ? "Nq per sequence" : "as many as its keys");
+  }
   printf("%-6s %-10s %7s %11s %11s %11s %9s %12s %12s  %s\n", "#", "impl", "N", "median_ms", "min_ms", "max_ms",
          "TFLOP/s", "extra_mem", "max|O-Oref|", "status");
 }
 
-static void print_result(const bench *b, int impl, long long n, const result *r) {
+static void print_result(const bench *b, int impl, const batch_lengths *len, const result *r) {
   const options *o = &b->opt;
+  const long long n = len->max_k;
   if (o->json) {
     printf("{\"impl\":\"%s\",\"device\":", impl_names[impl]);
     json_string(b->device_name);
@@ -669,6 +916,13 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
     if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
     if (o->bnhd) printf(",\"layout\":\"bnhd\"");
     if (o->paged) printf(",\"paged\":%lld", o->paged);
+    printf(",\"total_q\":%lld,\"total_k\":%lld", len->total_q, len->total_k);
+    if (o->varlen) {
+      printf(",\"seqlens_k\":[");
+      for (long long i = 0; i < o->batch; ++i) printf("%s%lld", i ? "," : "", len->nk[i]);
+      printf("]");
+    }
+    if (o->varlen_min || o->paged) printf(",\"seed\":%llu", o->seed);
     if (r->kernel[0]) printf(",\"kernel\":\"%s\",\"splits\":%d", r->kernel, r->splits);
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
@@ -698,7 +952,7 @@ static void print_result(const bench *b, int impl, long long n, const result *r)
 
 static void release_tensors(tensors *t) {
   cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace,
-                   &t->table};
+                   &t->cu_q, &t->cu_k, &t->seqlens_k, &t->table};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     if (*all[i]) {
       clReleaseMemObject(*all[i]);
@@ -706,15 +960,19 @@ static void release_tensors(tensors *t) {
     }
 }
 
-/* Allocates every tensor the selected impls need for length n; returns 0, or the failing CL error. */
+/* Allocates every tensor the selected impls need for desc into t (its index buffers already made);
+   returns 0, or the failing CL error. */
 static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int impl[IMPL_COUNT], tensors *t) {
-  memset(t, 0, sizeof *t);
   const options *o = &b->opt;
   const size_t hkv = (size_t)(o->kv_heads ? o->kv_heads : o->heads);
-  const size_t qn = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q * (size_t)o->head_dim;
-  const size_t kn = desc->block_table ? (size_t)desc->num_blocks * (size_t)desc->block_size * hkv * (size_t)o->head_dim
-                                      : (size_t)o->batch * hkv * (size_t)desc->seqlen_k * (size_t)o->head_dim;
-  const size_t rows = (size_t)(o->batch * o->heads) * (size_t)desc->seqlen_q;
+  /* Rows of every head: packed sequences' totals, the paged pool's rows, or batch x the dense length. */
+  const size_t q_rows = desc->cu_seqlens_q ? (size_t)desc->total_q : (size_t)o->batch * (size_t)desc->seqlen_q;
+  const size_t k_rows = desc->block_table    ? (size_t)desc->num_blocks * (size_t)desc->block_size
+                        : desc->cu_seqlens_k ? (size_t)desc->total_k
+                                             : (size_t)o->batch * (size_t)desc->seqlen_k;
+  const size_t qn = q_rows * (size_t)o->heads * (size_t)o->head_dim, kn = k_rows * hkv * (size_t)o->head_dim;
+  const size_t rows = q_rows * (size_t)o->heads;
+  t->o_elems = qn;
   cl_int err = CL_SUCCESS;
   if (!(t->q = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->k = make_buffer(b, kn, o->dtype, 1, &err)) ||
       !(t->v = make_buffer(b, kn, o->dtype, 1, &err)) || !(t->o = make_buffer(b, qn, o->dtype, 0, &err)) ||
@@ -749,40 +1007,18 @@ int main(int argc, char **argv) {
     int any = 0;
     for (int i = 0; i < IMPL_COUNT; ++i) any |= alive[i];
     if (!any) break;
+    batch_lengths len;
+    if (batch_lengths_init(o, n, &len)) {
+      fprintf(stderr, "flashcl-bench: out of host memory\n");
+      ++failures;
+      break;
+    }
     fcl_attention_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = o->batch, desc.num_heads = o->heads, desc.num_kv_heads = o->kv_heads;
-    desc.seqlen_q = o->seqlen_q ? o->seqlen_q : n, desc.seqlen_k = n, desc.head_dim = o->head_dim;
-    desc.dtype = o->dtype, desc.causal = o->causal;
-    desc.window = o->window, desc.window_left = o->window_left, desc.window_right = o->window_right;
-    if (o->bnhd) { /* [batch, seq, heads, d]: element strides (batch, head, row) */
-      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim;
-      const int64_t qs[3] = {desc.seqlen_q * o->heads * d, d, o->heads * d}, ks[3] = {n * hkv * d, d, hkv * d};
-      memcpy(desc.q_stride, qs, sizeof qs), memcpy(desc.o_stride, qs, sizeof qs);
-      memcpy(desc.k_stride, ks, sizeof ks), memcpy(desc.v_stride, ks, sizeof ks);
-    }
-    cl_mem table = NULL;
-    if (o->paged) { /* each sequence's blocks at shuffled places of one pool, vLLM's [block, row, head, d] order */
-      const long long hkv = o->kv_heads ? o->kv_heads : o->heads, d = o->head_dim, per = (n + o->paged - 1) / o->paged;
-      desc.block_table_stride = per, desc.block_size = o->paged, desc.num_blocks = o->batch * per;
-      int *entries = malloc((size_t)desc.num_blocks * sizeof(int));
-      for (long long i = 0; i < desc.num_blocks; ++i) entries[i] = (int)i;
-      for (long long i = desc.num_blocks - 1; i > 0; --i) {
-        const long long j = rand() % (i + 1);
-        const int x = entries[i];
-        entries[i] = entries[j], entries[j] = x;
-      }
-      cl_int terr;
-      table = clCreateBuffer(b.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)desc.num_blocks * sizeof(int),
-                             entries, &terr);
-      free(entries);
-      desc.block_table = table;
-      const int64_t ps[3] = {o->paged * hkv * d, d, hkv * d};
-      memcpy(desc.k_stride, ps, sizeof ps), memcpy(desc.v_stride, ps, sizeof ps);
-    }
+    describe(o, &len, &desc);
     tensors t;
-    cl_int err = alloc_tensors(&b, &desc, alive, &t);
-    t.table = table;
+    memset(&t, 0, sizeof t);
+    cl_int err = make_indices(&b, &len, &desc, &t);
+    if (err == CL_SUCCESS) err = alloc_tensors(&b, &desc, alive, &t);
     if (err != CL_SUCCESS) {
       result r;
       memset(&r, 0, sizeof r);
@@ -791,8 +1027,9 @@ int main(int argc, char **argv) {
       snprintf(r.message, sizeof r.message, "the inputs and outputs for N=%lld do not fit on the device (%s)", n,
                fcl_cl_error_name(err));
       for (int i = 0; i < IMPL_COUNT; ++i)
-        if (alive[i]) print_result(&b, i, n, &r);
+        if (alive[i]) print_result(&b, i, &len, &r);
       release_tensors(&t);
+      batch_lengths_free(&len);
       break;
     }
     int flash_ok = 0;
@@ -809,12 +1046,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "flashcl-bench: %s N=%lld (%d warm-up + %d timed runs)...\n", impl_names[impl], n, o->warmup,
               o->iters);
       result r;
-      measure(&b, impl, &desc, &t, &r);
+      measure(&b, impl, &desc, &len, &t, &r);
       if (impl == IMPL_FLASH) flash_ok = r.ok;
-      if (impl == IMPL_REFERENCE && r.ok && flash_ok)
-        r.max_diff = max_abs_diff(&b, t.o, t.o_ref, (size_t)(o->batch * o->heads) * (size_t)n * (size_t)o->head_dim,
-                                  o->dtype);
-      print_result(&b, impl, n, &r);
+      if (impl == IMPL_REFERENCE && r.ok && flash_ok) r.max_diff = max_abs_diff(&b, t.o, t.o_ref, t.o_elems, o->dtype);
+      print_result(&b, impl, &len, &r);
       if (o->max_diff > 0 && impl == IMPL_REFERENCE && r.ok && flash_ok && !(r.max_diff <= o->max_diff)) {
         fprintf(stderr, "flashcl-bench: N=%lld: max |O_flash - O_reference| = %g exceeds --max-diff %g\n", n,
                 r.max_diff, o->max_diff);
@@ -828,7 +1063,9 @@ int main(int argc, char **argv) {
       }
     }
     release_tensors(&t);
+    batch_lengths_free(&len);
   }
+  free(b.opt.varlen);
   fcl_context_release(b.fcl);
   clReleaseMemObject(b.gate_buf);
   if (b.flush_buf) clReleaseMemObject(b.flush_buf);

@@ -226,10 +226,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int nq = seq.nq, nk = seq.nk;
   const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
   if (q0 >= nrows) return;
-  q += q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
-  o += o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
-  k += k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh; /* paged: a block's offset comes per key */
-  v += v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
+  q += fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
+  o += fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
+  k += fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn); /* paged: a block's offset comes per key */
+  v += fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
 
   /* The keys the block's rows see: tiles outside the window are never loaded. The window and causal bounds
      do not depend on the head, so mods serves every row for them. */
@@ -586,8 +586,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
             fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
       const int row = q0 + rl;
-      const long lse_row = VARLEN_Q ? (long)ROW_HEAD(row) * total_q + seq.q_row
-                                    : ((long)b * num_heads + ROW_HEAD(row)) * nq_max;
+      const long lse_row = fcl_lse_base(&seq, b, ROW_HEAD(row), num_heads, nq_max, total_q);
       if (lse && t == 0 && row < nrows)
         lse[lse_row + ROW_I(row)] = seq.bad ? NAN : l[mt][hr] == 0.0f ? -INFINITY : (m2 + log2(l[mt][hr])) * FCL_LN2;
     }
