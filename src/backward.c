@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char *const backward_files[] = {"common.cl", "flash_bwd.cl"};
-static const char *const nvidia_backward_files[] = {"common.cl", "nvidia/flash_bwd_mma.cl"};
+static const char *const nvidia_backward_files[] = {"common.cl", "nvidia/ptx.cl", "nvidia/flash_bwd_mma.cl"};
 
 size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
   if (!ctx) {
@@ -131,7 +131,7 @@ static int nvidia_backward(fcl_context *ctx, const fcl_problem *p, const fcl_til
     char defines[384];
     snprintf(defines, sizeof defines, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d%s", which + 1,
              (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, which == FCL_BWD_DKDV ? t->br : t->bc, mods);
-    const fcl_status st = fcl_get_kernel(ctx, nvidia_backward_files, 2, names[which], defines, &kernels[which]);
+    const fcl_status st = fcl_get_kernel(ctx, nvidia_backward_files, 3, names[which], defines, &kernels[which]);
     if (st != FCL_SUCCESS) {
       if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_bwd_failed[p->dtype] |= bit;
       snprintf(why, why_size, "the tensor-core kernel %s %s: %s", names[which],

@@ -42,7 +42,7 @@ fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, i
                   caps->device_name);
 }
 
-static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/flash_fwd_mma.cl"};
+static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/ptx.cl", "nvidia/flash_fwd_mma.cl"};
 
 /* The tensor-core kernel for plan t, or a reason why it cannot run (why). The caller holds ctx->lock. */
 static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel *kernel,
@@ -59,7 +59,7 @@ static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d -DPACK=%d -DSPLIT=%d%s",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, t->pack, t->splits > 1,
            mods);
-  const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 2, "flash_fwd_mma", defines, kernel);
+  const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 3, "flash_fwd_mma", defines, kernel);
   if (st != FCL_SUCCESS) {
     if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
     snprintf(why, why_size, "the tensor-core kernel %s: %s", st == FCL_ERROR_BUILD ? "failed to build" : "is unavailable",

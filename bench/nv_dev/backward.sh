@@ -42,7 +42,7 @@ if step verbose 60; then
              "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=1 -DNW=2 -DBN=16" "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=2 -DNW=4 -DBN=32"; do
     for mods in "-DWINDOW=0" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
       echo "== -DDTYPE=1 $cfg $mods" >>"$out/verbose.log"
-      timeout 30 "$b/nvbuild" "-cl-nv-verbose -DDTYPE=1 $cfg $mods" cl/common.cl cl/nvidia/flash_bwd_mma.cl 2>&1 |
+      timeout 30 "$b/nvbuild" "-cl-nv-verbose -DDTYPE=1 $cfg $mods" cl/common.cl cl/nvidia/ptx.cl cl/nvidia/flash_bwd_mma.cl 2>&1 |
         grep -iE "rc=|registers|spill|error|smem" >>"$out/verbose.log"
     done
   done

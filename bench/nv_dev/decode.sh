@@ -24,7 +24,7 @@ for step in "$@"; do
                    "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1 -DALIBI=1 -DMASK=2 -DSOFTCAP=1 -DWINDOW=2" \
                    "-DNW=4 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=0" "-DNW=2 -DMT=2 -DBC=32 -DQSMEM=1 -DPACK=0 -DSPLIT=0"; do
         echo "== $shape" >>"$out/verbose.log"
-        /tmp/nvbuild "$base $shape" cl/common.cl cl/nvidia/flash_fwd_mma.cl 2>&1 | grep -iE "rc=|registers|spill|error" >>"$out/verbose.log"
+        /tmp/nvbuild "$base $shape" cl/common.cl cl/nvidia/ptx.cl cl/nvidia/flash_fwd_mma.cl 2>&1 | grep -iE "rc=|registers|spill|error" >>"$out/verbose.log"
       done
       summary+=$'\n'"verbose: $(grep -c 'Used' "$out/verbose.log") builds reported"$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' | head -20)" ;;
     tests)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Compile check of an NVIDIA kernel without a GPU: common.cl and the kernel file concatenated as src/program.c
+# Compile check of an NVIDIA kernel without a GPU: common.cl, nvidia/ptx.cl and the kernel file concatenated as src/program.c
 # does (each after a #line directive), compiled to PTX by clang 15 (-target nvptx64-nvidia-nvidiacl, libclc and
 # libdevice linked, PTX for sm_80 (the newest target clang 15 knows), exp2f/log2f mapped onto libdevice) and assembled by ptxas -arch=sm_90 -v, which prints
 # registers and spill bytes. Those figures come from clang's code generator, not NVIDIA's OpenCL compiler: a
@@ -14,10 +14,12 @@ libdevice=${LIBDEVICE:-$(ls /usr/local/cuda/nvvm/libdevice/libdevice*.bc 2>/dev/
 clc=${LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 {
   printf 'float __nv_exp2f(float);\nfloat __nv_log2f(float);\nfloat exp2f(float x) { return __nv_exp2f(x); }\nfloat log2f(float x) { return __nv_log2f(x); }\n'
-  printf '#line 1 "common.cl"\n'; cat "$root/cl/common.cl"; printf '\n#line 1 "%s"\n' "${file#cl/}"; cat "$root/$file"; printf '\n'
+  printf '#line 1 "common.cl"\n'; cat "$root/cl/common.cl"
+  printf '\n#line 1 "nvidia/ptx.cl"\n'; cat "$root/cl/nvidia/ptx.cl"
+  printf '\n#line 1 "%s"\n' "${file#cl/}"; cat "$root/$file"; printf '\n'
 } >"$pre.cl"
 # shellcheck disable=SC2086
-if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvidiacl -Xclang -target-cpu -Xclang sm_80 -O2 -Xclang -finclude-default-header \
+if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvidiacl -Xclang -target-cpu -Xclang sm_80 -O2 -fgnu89-inline -Xclang -finclude-default-header \
     -Xclang -mlink-builtin-bitcode -Xclang "$clc" ${libdevice:+-Xclang -mlink-builtin-bitcode -Xclang "$libdevice"} \
     -Dasm=__asm__ $defs -S -o "$pre.ptx" "$pre.cl" 2>"$pre.clang.log"; then
   echo "FAIL (clang) $defs"; grep -E "error" "$pre.clang.log" | head -10; exit 1

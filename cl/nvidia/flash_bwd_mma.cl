@@ -49,15 +49,6 @@
  * columns 2t and 2t+1; c2 c3 at row g + 8. The accumulators of n8 tiles 2i and 2i+1 are, packed in pairs, the
  * m16k16 A fragment i.
  */
-#if DTYPE == 1
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define CVT_OP "cvt.rn.f16x2.f32"
-#elif DTYPE == 2
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define CVT_OP "cvt.rn.bf16x2.f32"
-#else
-#error "flash_bwd_mma takes DTYPE 1 (f16) or 2 (bf16)"
-#endif
 #if KV == 2
 #error "flash_bwd_mma: paged K/V is not taken by the backward"
 #endif
@@ -73,62 +64,6 @@
 #error "flash_bwd_mma: inconsistent tile defines"
 #endif
 #define SCORE_MODS (SOFTCAP || ALIBI || MASK)
-
-/* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
-#define SMEM_ADDR(p) ((uint)(size_t)(p))
-
-/* 16 bytes global -> local, asynchronously; bytes 0 zero-fills the destination and reads nothing. */
-#define CP_ASYNC16(dst, src, bytes)                                                                     \
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SMEM_ADDR(dst)), "l"((ulong)(src)), \
-               "r"(bytes)                                                                              \
-               : "memory")
-#define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
-#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
-
-/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
-#define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"       \
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
-               : "r"(addr))
-#define LDSM_X4_T(r0, r1, r2, r3, addr)                                                  \
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" \
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
-               : "r"(addr))
-
-/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). */
-#define MMA(c, a, b0, b1)                                                                              \
-  asm(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                          \
-      : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                                   \
-      : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
-
-/* Two floats rounded to the storage type and packed, lo in the low half. */
-inline uint fcl_pack2(float lo, float hi) {
-  uint r;
-  asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-/* 1 when p is non-zero in any lane of the warp. */
-inline int fcl_warp_any(int p) {
-  int r;
-  asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
-               " selp.s32 %0, 1, 0, q_;\n}\n"
-               : "=r"(r)
-               : "r"(p));
-  return r;
-}
-
-inline int fcl_shfl_xor1(int x) {
-  int r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x));
-  return r;
-}
-
-inline int fcl_shfl_xor2(int x) {
-  int r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, 2, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x));
-  return r;
-}
 
 /* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
    The row offset within the tile fits an int (the host bounds the row stride by 2^22). */
@@ -364,8 +299,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     for (int i = 0; i < OT; ++i)
       bad[hr] |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
                  fcl_nonfinite(dv[i][2 * hr + 1]);
-    bad[hr] |= fcl_shfl_xor1(bad[hr]);
-    bad[hr] |= fcl_shfl_xor2(bad[hr]);
+    bad[hr] |= as_int(fcl_shfl_xor1(as_float(bad[hr])));
+    bad[hr] |= as_int(fcl_shfl_xor2(as_float(bad[hr])));
   }
 
   /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item; the accumulators
@@ -609,8 +544,8 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       int bad = 0;
 #pragma unroll
       for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[i][2 * hr]) | fcl_nonfinite(acc[i][2 * hr + 1]);
-      bad |= fcl_shfl_xor1(bad); /* the quad holds the row */
-      bad |= fcl_shfl_xor2(bad);
+      bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
+      bad |= as_int(fcl_shfl_xor2(as_float(bad)));
       const int row = q0 + wrow + g + hr * 8;
       if (!bad || row >= nq) continue;
 #pragma unroll

@@ -1,0 +1,79 @@
+/* PTX building blocks of the NVIDIA tensor-core kernels (flash_fwd_mma.cl, flash_bwd_mma.cl; the host
+ * builds each after common.cl and this file): the mma.sync m16n8k16 product with f16 or bf16 operands and
+ * float accumulators (DTYPE 1 or 2), ldmatrix, cp.async, the conversion of float pairs to the storage type,
+ * and the warp vote and quad shuffles the online softmax and the non-finite checks use. */
+#if DTYPE == 1
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define CVT_OP "cvt.rn.f16x2.f32"
+#elif DTYPE == 2
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define CVT_OP "cvt.rn.bf16x2.f32"
+#else
+#error "the tensor-core kernels take DTYPE 1 (f16) or 2 (bf16)"
+#endif
+
+/* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
+#define SMEM_ADDR(p) ((uint)(size_t)(p))
+
+/* 16 bytes global -> local, asynchronously; bytes 0 zero-fills the destination and reads nothing. */
+#define CP_ASYNC16(dst, src, bytes)                                                                     \
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SMEM_ADDR(dst)), "l"((ulong)(src)), \
+               "r"(bytes)                                                                              \
+               : "memory")
+#define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
+#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
+#define CP_ASYNC_WAIT_BUT_ONE() asm volatile("cp.async.wait_group 1;\n" ::: "memory")
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
+#define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"       \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+#define LDSM_X4_T(r0, r1, r2, r3, addr)                                                  \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                \
+               : "r"(addr))
+
+/* c (float[4]) += A (uint[4], m16k16 row-major) * B (b0 b1, k16n8 column-major). It touches no memory,
+   so it need not be volatile; MMA_VOLATILE=1 keeps the mma instructions in source order. */
+#ifndef MMA_VOLATILE
+#define MMA_VOLATILE 0
+#endif
+#if MMA_VOLATILE
+#define MMA_ASM asm volatile
+#else
+#define MMA_ASM asm
+#endif
+#define MMA(c, a, b0, b1)                                                                              \
+  MMA_ASM(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                     \
+               : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
+               : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
+/* Two floats rounded to the storage type and packed, lo in the low half. */
+inline uint fcl_pack2(float lo, float hi) {
+  uint r;
+  asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* 1 when p is non-zero in any lane of the warp. */
+inline int fcl_warp_any(int p) {
+  int r;
+  asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
+               " selp.s32 %0, 1, 0, q_;\n}\n"
+               : "=r"(r)
+               : "r"(p));
+  return r;
+}
+
+inline float fcl_shfl_xor1(float x) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 1, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+inline float fcl_shfl_xor2(float x) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, 2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x));
+  return r;
+}
