@@ -265,12 +265,18 @@ inline long fcl_lse_base(const fcl_seq *s, long b, long h, int num_heads, int nq
   return VARLEN_Q ? h * total_q + s->q_row : (b * num_heads + h) * nq_max;
 }
 
-/* Paged keys: the element offset of key j < s->nk from the (pool, kv head) base of K or V (sb: the pool's block
-   stride, sn: its row stride), or -1 for a key of a block outside the pool. */
-inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {
-  const int2 kb = fcl_key_block(s, j);
-  return kb.x >= 0 ? (long)kb.x * sb + (long)kb.y * sn : -1L;
-}
+/* Moves q, o, k and v (the kernel's arguments of those names, with their offsets and strides) to sequence
+   seq's rows: head h's of q and o, kv head hk's of k and v (paged: the pool's kv head; a block's offset comes
+   per key). */
+#define FCL_SEQ_BASES(seq, b, h, hk)                            \
+  q += fcl_query_base(&(seq), b, h, q_off, q_sb, q_sh, q_sn);   \
+  o += fcl_query_base(&(seq), b, h, o_off, o_sb, o_sh, o_sn);   \
+  k += fcl_key_base(&(seq), b, hk, k_off, k_sb, k_sh, k_sn);    \
+  v += fcl_key_base(&(seq), b, hk, v_off, v_sb, v_sh, v_sn)
+
+/* Paged keys: the element offset of pool row e (block, row in it; fcl_key_block) from the (pool, kv head) base
+   of K or V (sb: the pool's block stride, sn: its row stride), or -1 for a block outside the pool. */
+inline long fcl_block_offset(int2 e, long sb, long sn) { return e.x >= 0 ? (long)e.x * sb + (long)e.y * sn : -1L; }
 
 /* A tile's key rows j0 .. j0 + rows - 1 resolved once for its K and V loads: with KV 2 each row's block and
    row in the block go to local `page` (int2 [rows]; the caller synchronises before reading it); otherwise
@@ -282,8 +288,7 @@ inline long fcl_key_offset(const fcl_seq *s, int j, long sb, long sn) {
 
 /* Element offset of tile row r (key j) from its (batch or pool, kv head) base, for a tensor whose block or
    batch stride is sb and row stride sn; -1 for a key of a block outside the pool. */
-#define FCL_KEY_OFFSET(page, r, j, sb, sn) \
-  (KV == 2 ? ((page)[r].x >= 0 ? (long)(page)[r].x * (sb) + (long)(page)[r].y * (sn) : -1L) : (long)(j) * (sn))
+#define FCL_KEY_OFFSET(page, r, j, sb, sn) (KV == 2 ? fcl_block_offset((page)[r], sb, sn) : (long)(j) * (sn))
 
 /* Tile row r (key j)'s offset as FCL_KEY_OFFSET gives it, or -2 for a row past the sequence's nk keys; and
    element c of such a row: the value, NaN in a block outside the pool, 0 past the keys (masked later). */

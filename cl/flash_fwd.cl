@@ -71,10 +71,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int nq = seq.nq, nk = seq.nk;
   const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
   if (q0 >= nrows) return;
-  q += fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
-  o += fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
-  k += fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn); /* paged: a block's offset comes per key */
-  v += fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
+  FCL_SEQ_BASES(seq, b, h, hk);
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
   for (int i_ = lid; i_ < BR * DP; i_ += WG) {

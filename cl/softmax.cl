@@ -28,8 +28,7 @@ inline long fcl_ref_query_offset(const fcl_seq *s, long b, long h, int i, long o
 /* Element offset of key j < s->nk of sequence b, kv head hk, in k or v, as flash_fwd.cl addresses it; -1 for a
    key of a block outside the pool (it reads as NaN). */
 inline long fcl_ref_key_offset(const fcl_seq *s, long b, long hk, int j, long off, long sb, long sh, long sn) {
-  const int2 page[1] = {KV == 2 ? fcl_key_block(s, j) : (int2)(0, 0)};
-  const long at = FCL_KEY_OFFSET(page, 0, j, sb, sn);
+  const long at = KV == 2 ? fcl_block_offset(fcl_key_block(s, j), sb, sn) : (long)j * sn;
   return at < 0 ? -1L : fcl_key_base(s, b, hk, off, sb, sh, sn) + at;
 }
 

@@ -135,8 +135,9 @@ int fcl_forward_packs(const struct fcl_problem *p);
 
 /* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
 
-/* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds). */
-size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p);
+/* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds), with paged
+   keys or without. */
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged);
 /* Returns 0 and its plan (kernel FCL_KERNEL_NVIDIA_MMA) when the tensor-core kernel applies to p on this
    device under flags; else -1, with out->reason saying why. */
 struct fcl_problem;

@@ -143,7 +143,7 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
     if (want <= 1) return 1;
     int s = 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
     while (s > 1 && tiles < 4LL * s) s /= 2;
-    return s < FCL_MAX_SPLITS ? s : FCL_MAX_SPLITS;
+    return s;
   }
   /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4
      warps), one on a CPU. */

@@ -8,11 +8,12 @@
 
 /* Local memory of the kernel: K and V tiles of bc rows (and the Q tile of br rows when qsmem), reused for
    the O tile at the end. */
-size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p) {
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged) {
   size_t kv = (size_t)(2 + (p->kdb ? 1 : 0)) * (size_t)p->bc * (size_t)p->ds +
               (p->qsmem ? (size_t)p->br * (size_t)p->ds : 0),
          o = (size_t)p->br * (size_t)p->ds;
-  return (kv > o ? kv : o) * 2;
+  /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
+  return (kv > o ? kv : o) * 2 + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
 }
 
 /* Every row of the tensor starts on a 16-byte boundary (8 elements of 2 bytes), as cp.async and the
@@ -93,8 +94,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
     t.bc = shapes[i][2];
     t.qsmem = shapes[i][3];
     t.br = t.tr * t.rm * 16;
-    /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
-    t.local_bytes = fcl_nvidia_forward_local_bytes(&t) + (p->block_table ? 4 * (size_t)t.bc * 8 : 0);
+    t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
     found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);

@@ -370,11 +370,10 @@ static void run_describe(test_env *env, const void *unused) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0, quick = 0;
-  test_cli cli = {0, NULL};
+  int quick = 0;
+  test_cli cli = {0, NULL, 0};
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
       fprintf(stderr, "usage: %s [--small | --quick] [--list | --case NAME]\n", argv[0]);
       return 2;
@@ -384,16 +383,16 @@ int main(int argc, char **argv) {
   static listed cases[128];
   static test_case list[MAX];
   int n = 0;
-  if (!small && !quick)
+  if (!cli.small && !quick)
     n = test_case_add(list, n, MAX, "", "host_gradients_finite_differences", run_finite_differences, NULL);
-  const int count = small ? small_cases(cases) : quick ? quick_cases(cases) : full_cases(cases);
+  const int count = cli.small ? small_cases(cases) : quick ? quick_cases(cases) : full_cases(cases);
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     backward_case_name(&cases[i].c, cases[i].determinism, name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, run_listed, &cases[i]);
   }
   n = test_case_add(list, n, MAX, "", "validation", run_validation, NULL);
-  if (!small) {
+  if (!cli.small) {
     n = test_case_add(list, n, MAX, "", "out_of_order_queue", run_out_of_order, NULL);
     n = test_case_add(list, n, MAX, "", "threads", run_threads, NULL);
   }

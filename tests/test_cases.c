@@ -4,6 +4,10 @@
 #include <string.h>
 
 int test_cli_option(test_cli *cli, int argc, char **argv, int *i) {
+  if (!strcmp(argv[*i], "--small")) {
+    cli->small = 1;
+    return 1;
+  }
   if (!strcmp(argv[*i], "--list")) {
     cli->list = 1;
     return 1;
@@ -12,6 +16,15 @@ int test_cli_option(test_cli *cli, int argc, char **argv, int *i) {
     cli->only = argv[++*i];
     return 1;
   }
+  return 0;
+}
+
+int test_cli_parse(test_cli *cli, int argc, char **argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!test_cli_option(cli, argc, argv, &i)) {
+      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
+      return 2;
+    }
   return 0;
 }
 

@@ -27,10 +27,15 @@ typedef struct test_case {
 typedef struct test_cli {
   int list;
   const char *only; /* --case NAME */
+  int small;        /* --small: the suite's short list of cases */
 } test_cli;
 
-/* 1 when argv[*i] is --list, or --case followed by a name (then *i moves past the name); 0 otherwise. */
+/* 1 when argv[*i] is --small, --list, or --case followed by a name (then *i moves past the name); 0
+   otherwise. */
 int test_cli_option(test_cli *cli, int argc, char **argv, int *i);
+/* For a suite with no options of its own: the whole command line through test_cli_option; 0, or 2 after
+   printing the usage. */
+int test_cli_parse(test_cli *cli, int argc, char **argv);
 
 /* Appends a case named prefix + name and returns the new count; exits with status 2 when the list is full. */
 int test_case_add(test_case *list, int count, int max, const char *prefix, const char *name, test_case_fn run,

@@ -228,27 +228,20 @@ static void run_caller_workspace(test_env *env, const void *unused) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0;
-  test_cli cli = {0, NULL};
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
-      return 2;
-    }
-  }
+  test_cli cli = {0, NULL, 0};
+  if (test_cli_parse(&cli, argc, argv)) return 2;
   enum { MAX = 72 };
   static fwd_case cases[64];
   static test_case list[MAX];
   static const int merge_dtypes[3] = {0, 1, 2};
-  const int count = small ? small_cases(cases) : full_cases(cases);
+  const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     forward_case_name(&cases[i], name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, run_decode, &cases[i]);
   }
-  if (!small) {
+  if (!cli.small) {
     n = test_case_add(list, n, MAX, "", "determinism", run_determinism, NULL);
     n = test_case_add(list, n, MAX, "", "merge_f32", run_merge, &merge_dtypes[0]);
     n = test_case_add(list, n, MAX, "", "merge_f16_sinks", run_merge, &merge_dtypes[1]);

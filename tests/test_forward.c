@@ -256,11 +256,10 @@ static void run_reference_extent_one_strides(test_env *env, const void *unused) 
 }
 
 int main(int argc, char **argv) {
-  int small = 0, reference = 0, nonfinite = 0;
-  test_cli cli = {0, NULL};
+  int reference = 0, nonfinite = 0;
+  test_cli cli = {0, NULL, 0};
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!strcmp(argv[i], "--nonfinite")) nonfinite = 1;
+    if (!strcmp(argv[i], "--nonfinite")) nonfinite = 1;
     else if (!strcmp(argv[i], "--reference")) reference = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
       fprintf(stderr, "usage: %s [--small | --nonfinite] [--reference] [--list | --case NAME]\n", argv[0]);
@@ -270,7 +269,7 @@ int main(int argc, char **argv) {
   enum { MAX = 200 };
   static fwd_case cases[MAX], few[8];
   static test_case list[MAX];
-  const int count = small       ? small_cases(cases)
+  const int count = cli.small ? small_cases(cases)
                     : nonfinite ? nonfinite_cases(cases, 0)
                                 : nonfinite_cases(cases, modifier_cases(cases, full_cases(cases)));
   int n = 0;

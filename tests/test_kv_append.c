@@ -687,27 +687,20 @@ static int full_cases(append_case *l) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0;
-  test_cli cli = {0, NULL};
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
-      return 2;
-    }
-  }
+  test_cli cli = {0, NULL, 0};
+  if (test_cli_parse(&cli, argc, argv)) return 2;
   enum { MAX = 40 };
   static append_case cases[32];
   static test_case list[MAX];
   static const int64_t dep_tokens[2] = {9, 0};
-  const int count = small ? small_cases(cases) : full_cases(cases);
+  const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     case_name(&cases[i], name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, run_append, &cases[i]);
   }
-  if (!small) {
+  if (!cli.small) {
     n = test_case_add(list, n, MAX, "", "duplicate_slots", run_duplicates, NULL);
     n = test_case_add(list, n, MAX, "", "pools_disjoint_brute_force", run_disjoint_brute_force, NULL);
     n = test_case_add(list, n, MAX, "", "validation", run_validation, NULL);

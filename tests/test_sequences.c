@@ -197,11 +197,10 @@ static int full_cases(seq_case *list) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0, reference = 0;
-  test_cli cli = {0, NULL};
+  int reference = 0;
+  test_cli cli = {0, NULL, 0};
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!strcmp(argv[i], "--reference")) reference = 1;
+    if (!strcmp(argv[i], "--reference")) reference = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
       fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
       return 2;
@@ -210,13 +209,13 @@ int main(int argc, char **argv) {
   enum { MAX = 64 };
   static seq_case cases[MAX];
   static test_case list[MAX];
-  const int count = small ? small_cases(cases) : full_cases(cases);
+  const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {
     seq_case_name(&cases[i], name, sizeof name);
     n = test_case_add(list, n, MAX, "", name, reference ? run_reference : run_forward, &cases[i]);
   }
-  if (reference && !small) n = test_case_add(list, n, MAX, "", "scratch_counts_gathered_tensors", run_reference_scratch, NULL);
+  if (reference && !cli.small) n = test_case_add(list, n, MAX, "", "scratch_counts_gathered_tensors", run_reference_scratch, NULL);
   return test_cases_main("test_sequences", &cli, list, n);
 }

@@ -360,19 +360,12 @@ static int full_cases(bwd_seq_case *list) {
 }
 
 int main(int argc, char **argv) {
-  int small = 0;
-  test_cli cli = {0, NULL};
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--list | --case NAME]\n", argv[0]);
-      return 2;
-    }
-  }
+  test_cli cli = {0, NULL, 0};
+  if (test_cli_parse(&cli, argc, argv)) return 2;
   enum { MAX = 64 };
   static bwd_seq_case cases[MAX];
   static test_case list[MAX];
-  const int count = small ? small_cases(cases) : full_cases(cases);
+  const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
   for (int i = 0; i < count; ++i) {

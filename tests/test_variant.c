@@ -47,7 +47,7 @@ static void planner_cases(void) {
       const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, &t) == 0 && t.kernel == FCL_KERNEL_NVIDIA_MMA &&
                      t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 && t.bc % 16 == 0 &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
-                     t.local_bytes == fcl_nvidia_forward_local_bytes(&t) && t.local_bytes <= nv.local_mem_size;
+                     t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && t.local_bytes <= nv.local_mem_size;
       if (!ok || d == 64 || d == 128 || d == 256)
         check(ok, "planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, %d rows x %d keys, %zu B", dtype_name((fcl_dtype)dt),
               d, t.br, t.bc, t.local_bytes);

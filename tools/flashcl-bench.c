@@ -546,7 +546,7 @@ typedef struct tensors {
   cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
   cl_mem cu_q, cu_k, seqlens_k, table; /* the int32 index buffers desc names */
   size_t o_elems; /* elements of o (and o_ref) */
-  int splits; /* the flash forward's split-KV chunks (fcl_describe_plan) */
+  fcl_plan_info forward; /* the flash forward's plan (fcl_describe_plan): its variant and split-KV chunks */
 } tensors;
 
 /* The batch for one row of results: sequence b attends with nq[b] query rows (--seqlen-q, else nk[b]) to
@@ -734,7 +734,7 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
     /* A flash forward of one kernel: its own start and end are the exact device time. A multi-command call
        (split-KV, backward, reference) is measured from the end of the gate's fill (where that has no usable
        time, the wall clock is used). */
-    const int one_kernel = impl == IMPL_FLASH && t->splits <= 1;
+    const int one_kernel = impl == IMPL_FLASH && t->forward.splits <= 1;
     int ok = clGetEventProfilingInfo(one_kernel ? ev : marker,
                                      one_kernel ? CL_PROFILING_COMMAND_START : CL_PROFILING_COMMAND_END,
                                      sizeof start, &start, NULL) == CL_SUCCESS &&
@@ -795,11 +795,8 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const ba
   if (impl == IMPL_BACKWARD) r->extra_bytes = fcl_attention_backward_workspace_size(b->fcl, desc);
   if (impl == IMPL_FLASH) {
     r->extra_bytes = fcl_attention_forward_workspace_size(b->fcl, desc); /* split-KV partials */
-    fcl_plan_info info;
-    if (fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &info) == FCL_SUCCESS) {
-      snprintf(r->kernel, sizeof r->kernel, "%s", info.kernel);
-      r->splits = info.splits;
-    }
+    snprintf(r->kernel, sizeof r->kernel, "%s", t->forward.kernel);
+    r->splits = t->forward.splits;
   }
   double *times = malloc(sizeof(double) * (size_t)o->iters);
   int wall = 0;
@@ -979,9 +976,8 @@ static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int 
       !(t->lse = make_buffer(b, rows, FCL_DTYPE_F32, 0, &err)))
     return err;
   if (impl[IMPL_REFERENCE] && !(t->o_ref = make_buffer(b, qn, o->dtype, 0, &err))) return err;
-  fcl_plan_info info;
-  memset(&info, 0, sizeof info);
-  t->splits = fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &info) == FCL_SUCCESS ? info.splits : 1;
+  memset(&t->forward, 0, sizeof t->forward);
+  if (fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &t->forward) != FCL_SUCCESS) t->forward.splits = 1;
   if (impl[IMPL_BACKWARD]) {
     const size_t ws = fcl_attention_backward_workspace_size(b->fcl, desc);
     if (!(t->d_o = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->dq = make_buffer(b, qn, o->dtype, 0, &err)) ||

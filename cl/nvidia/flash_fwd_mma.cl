@@ -30,8 +30,8 @@
  * key of its first i to the last of its last i (r / group grows with r).
  *
  * Sequences (common.cl's VARLEN_Q, KV, SEQLENS_K): each work-group takes its sequence's lengths and rows;
- * packed K/V (KV 1) shift the base, paged K/V (KV 2) resolve each key row's pool block as its tile loads
- * (fcl_key_offset). A key of a block outside the pool is read as NaN, so exactly the rows that see it become
+ * packed K/V (KV 1) shift the base, paged K/V (KV 2) resolve each tile's key rows into local memory a tile
+ * ahead of their loads (`page`). A key of a block outside the pool is read as NaN, so exactly the rows that see it become
  * NaN; a sequence whose key indices do not fit gets NaN O and lse; one whose query rows do not fit is not
  * written.
  *
@@ -79,7 +79,7 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
-      bool ok = k0 + r < nk && cc * 8 < D;
+      const bool ok = k0 + r < nk && cc * 8 < D;
 #if KV == 2
       const long off = rows[r];
       if (ok && off < 0) {
@@ -151,10 +151,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int nq = seq.nq, nk = seq.nk;
   const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
   if (q0 >= nrows) return;
-  q += fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
-  o += fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
-  k += fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn); /* paged: a block's offset comes per key */
-  v += fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
+  FCL_SEQ_BASES(seq, b, h, hk);
 
   /* The keys the block's rows see: tiles outside the window are never loaded. The window and causal bounds
      do not depend on the head, so mods serves every row for them. */
@@ -175,8 +172,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #define PAGE_ROWS(t, j0)                                                                                     \
   for (int r_ = lid; r_ < BC; r_ += WG) {                                                                    \
     const int2 e_ = (j0) + r_ < nk ? fcl_key_block(&seq, (j0) + r_) : (int2)(-1, 0);                         \
-    page[(t) & 1][0][r_] = e_.x >= 0 ? (long)e_.x * k_sb + (long)e_.y * k_sn : -1L;                          \
-    page[(t) & 1][1][r_] = e_.x >= 0 ? (long)e_.x * v_sb + (long)e_.y * v_sn : -1L;                          \
+    page[(t) & 1][0][r_] = fcl_block_offset(e_, k_sb, k_sn);                                                 \
+    page[(t) & 1][1][r_] = fcl_block_offset(e_, v_sb, v_sn);                                                 \
   }
   PAGE_ROWS(0, kv_begin);
   PAGE_ROWS(1, kv_begin + BC);
@@ -260,7 +257,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
     fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
-
 #if KDB
     /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
     if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
@@ -443,8 +439,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
         for (int i = 0; i < OT; ++i) acc[mt][i][2 * hr] = acc[mt][i][2 * hr + 1] = 0.0f;
         for (int c = kv_begin; c < kv_end; ++c) {
-          const long ko = KV == 2 ? fcl_key_offset(&seq, c, k_sb, k_sn) : (long)c * k_sn;
-          const long vo = KV == 2 ? fcl_key_offset(&seq, c, v_sb, v_sn) : (long)c * v_sn;
+          const int2 e = KV == 2 ? fcl_key_block(&seq, c) : (int2)(0, 0);
+          const long ko = KV == 2 ? fcl_block_offset(e, k_sb, k_sn) : (long)c * k_sn;
+          const long vo = KV == 2 ? fcl_block_offset(e, v_sb, v_sn) : (long)c * v_sn;
           __global const store_t *kr = k + ko, *vr = v + vo;
           float x = ko < 0 ? NAN : 0.0f; /* a key of a block outside the pool is NaN */
           if (ko >= 0)
