@@ -74,7 +74,14 @@
 #endif
 inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
+#if KV == 2
+  /* Unrolled 8 at a time: fully unrolled, NVIDIA's compiler keeps every copy's 64-bit row offset live at once
+     and the one-warp decode kernel spills 292 B; by 8 none, and it ran fastest of 1, 2, 4, 8 (notes-nvidia.md,
+     v11). */
+#pragma unroll 8
+#else
 #pragma unroll
+#endif
   for (int i = 0; i < (BC * CH + WG - 1) / WG; ++i) {
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
