@@ -12,25 +12,12 @@
  *    the variant that was reported is also the one checked. */
 #include "forward_check.h"
 #include "internal.h"
+#include "test_problem.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) {
-  fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = 2;
-  desc.num_heads = 4;
-  desc.seqlen_q = 100;
-  desc.seqlen_k = 100;
-  desc.head_dim = d;
-  desc.dtype = dtype;
-  desc.q_offset = desc.k_offset = desc.v_offset = desc.o_offset = offset;
-  fcl_problem p;
-  memset(&p, 0, sizeof p);
-  if (fcl_resolve_problem(&desc, &p) != FCL_SUCCESS) printf("     resolve failed: %s\n", fcl_last_error());
-  return p;
-}
+static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) { return test_problem(d, dtype, 100, offset); }
 
 static void planner_cases(void) {
   fcl_device_caps nv;
@@ -44,7 +31,7 @@ static void planner_cases(void) {
   for (int d = 8; d <= 256; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, &t) == 0 && t.kernel == FCL_KERNEL_NVIDIA_MMA &&
+      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, NULL, &t) == 0 && t.variant == FCL_VARIANT_NVIDIA_FORWARD &&
                      t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 && t.bc % 16 == 0 &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
                      t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && t.local_bytes <= nv.local_mem_size;
@@ -77,19 +64,19 @@ static void planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].scale != 0) p.scale = no[i].scale;
     if (no[i].d == 136) p.d = 264; /* beyond what the descriptor admits: the planner must still decline */
-    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, &t);
-    check(r != 0 && t.kernel == FCL_KERNEL_PORTABLE && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
+    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, NULL, &t);
+    check(r != 0 && t.variant != FCL_VARIANT_NVIDIA_FORWARD && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
           t.reason);
   }
   /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
-  int r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  int r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
   check(r == 0 && t.bc < 64 && t.local_bytes <= small.local_mem_size,
         "planner: 24 KiB local memory, head_dim 128: %d-key tiles, %zu B", t.bc, t.local_bytes);
   small.local_mem_size = 8 << 10;
-  r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
@@ -111,7 +98,7 @@ static void planner_cases(void) {
     desc.batch = dec[i].b, desc.num_heads = dec[i].h, desc.num_kv_heads = dec[i].hkv;
     desc.seqlen_q = dec[i].nq, desc.seqlen_k = dec[i].nk, desc.head_dim = dec[i].d, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, &t) : -1;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, NULL, &t) : -1;
     const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
     const int64_t groups = r == 0 ? fcl_forward_row_blocks(&dp, &t) * fcl_forward_grid_heads(&dp, &t) * dp.batch : 0;
     const int64_t want_blocks = (dec[i].nq * (dec[i].pack ? dec[i].h / dec[i].hkv : 1) + dec[i].br - 1) / dec[i].br;
@@ -143,9 +130,9 @@ static void backward_planner_cases(void) {
   for (int d = 8; d <= 128; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, t) == 0;
+      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, NULL, t) == 0;
       for (int w = 0; w < 2 && ok; ++w)
-        ok = t[w].kernel == FCL_KERNEL_NVIDIA_MMA && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
+        ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
              t[w].wg == t[w].tr * 32 && (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
              (w == FCL_BWD_DKDV ? t[w].br : t[w].bc) % 16 == 0 &&
              t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w) && t[w].local_bytes + 16 <= nv.local_mem_size &&
@@ -180,28 +167,28 @@ static void backward_planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].d == 256) p.d = 256; /* resolve takes it; the planner must decline */
     if (no[i].paged) p.block_table = (cl_mem)&caps; /* only tested against NULL by the planner */
-    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, t);
-    check(r != 0 && t[0].kernel == FCL_KERNEL_PORTABLE && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
+    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, NULL, t);
+    check(r != 0 && t[0].variant != FCL_VARIANT_NVIDIA_BACKWARD && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
           no[i].what, t[0].reason);
   }
   /* Rows 16 bytes apart but with a row stride that is not a multiple of 8 elements. */
   fcl_problem odd = problem(64, FCL_DTYPE_F16, 0);
   odd.k_stride[2] = 68;
-  check(fcl_plan_nvidia_backward(&nv, &odd, 0, t) != 0 && strlen(t[0].reason) > 0,
+  check(fcl_plan_nvidia_backward(&nv, &odd, 0, NULL, t) != 0 && strlen(t[0].reason) > 0,
         "backward planner: k row stride 68 elements declines: %s", t[0].reason);
   /* 24 KiB of local memory: smaller shapes within it at head_dim 64; head_dim 128 (26 KiB at the smallest shape)
      and 4 KiB declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(64, FCL_DTYPE_BF16, 0);
-  int r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  int r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size,
         "backward planner: 24 KiB local memory, head_dim 64: dK/dV %zu B, dQ %zu B", t[0].local_bytes, t[1].local_bytes);
   p = problem(128, FCL_DTYPE_BF16, 0);
-  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 24 KiB local memory, head_dim 128 declines: %s", t[0].reason);
   small.local_mem_size = 4 << 10;
-  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
 }
 
