@@ -1,5 +1,7 @@
 /* Which forward kernel variant runs, and that the tensor-core one is right where it runs.
  *
+ * 0. The variant table (src/variants.c): each operation's entries end with its one portable variant, every
+ *    file is an embedded source, and every planner's plans name their own entry.
  * 1. The pure planner over made-up devices: the tensor-core plan applies only to NVIDIA platforms of
  *    compute capability 8.0 and up, f16/bf16, head_dim a multiple of 8 up to 256, 16-byte aligned rows,
  *    scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
@@ -18,6 +20,45 @@
 #include <string.h>
 
 static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) { return test_problem(d, dtype, 100, offset); }
+
+static int embedded(const char *file) {
+  for (int i = 0; i < fcl_embedded_source_count; ++i)
+    if (strcmp(fcl_embedded_sources[i].name, file) == 0) return 1;
+  return 0;
+}
+
+static void table_cases(void) {
+  fcl_device_caps nv;
+  memset(&nv, 0, sizeof nv);
+  nv.vendor = FCL_VENDOR_NVIDIA;
+  nv.nv_cc_major = 9;
+  nv.local_mem_size = 48 << 10;
+  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
+  nv.preferred_multiple = 32;
+  nv.is_gpu = 1;
+  const fcl_problem p = problem(64, FCL_DTYPE_F16, 0);
+  for (int op = FCL_OP_FORWARD; op <= FCL_OP_BACKWARD; ++op) {
+    const fcl_variant *last = NULL;
+    int portable = 0;
+    for (int i = 0; i < FCL_VARIANT_COUNT; ++i) {
+      const fcl_variant *v = &fcl_variants[i];
+      if ((int)v->op != op) continue;
+      last = v;
+      portable += v->vendor == FCL_VENDOR_OTHER;
+      int files = v->num_files > 0;
+      for (int f = 0; f < v->num_files; ++f) files = files && embedded(v->files[f]);
+      fcl_tile_plan t[2];
+      const int planned = v->plan(&nv, &p, 0, NULL, t) == 0;
+      int own = planned;
+      for (int k = 0; k < v->num_kernels && planned; ++k) own = own && t[k].variant == i;
+      check(files && v->num_kernels == (op == FCL_OP_FORWARD ? 1 : 2) && v->defines && own,
+            "table: %s %s (%s): %d files, all embedded; %d kernels; plans head_dim 64 f16 on NVIDIA cc 9.0 as "
+            "itself", op == FCL_OP_FORWARD ? "forward" : "backward", v->name, v->title, v->num_files, v->num_kernels);
+    }
+    check(last && last->vendor == FCL_VENDOR_OTHER && portable == 1 && strcmp(last->name, "portable") == 0,
+          "table: the %s variants end with the one portable variant", op == FCL_OP_FORWARD ? "forward" : "backward");
+  }
+}
 
 static void planner_cases(void) {
   fcl_device_caps nv;
@@ -233,6 +274,7 @@ static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype 
 
 int main(void) {
   test_seed();
+  table_cases();
   planner_cases();
   backward_planner_cases();
 
