@@ -4,11 +4,11 @@
  *                    [heads, total_q] with packed queries: laid out as lse).
  * 2. flash_bwd_dkdv: dK, dV per block of key rows, summed over the query heads of a kv head in order.
  * 3. flash_bwd_dq:   dQ per block of query rows, recomputing P and dS over the key blocks.
- * (4. flash_bwd_dsinks: d_sinks, when asked for.) On NVIDIA (compute capability 8.0 and up, f16/bf16, head_dim
- * a multiple of 8 up to 128, 16-byte aligned rows) 2 and 3 are the tensor-core kernels of
- * cl/nvidia/flash_bwd_mma.cl when fcl_plan_nvidia_backward takes the problem and they build; otherwise, or with
- * FCL_FLAG_PORTABLE_ONLY / FLASHCL_PORTABLE_ONLY=1, the portable ones. Packed queries and packed or dense keys with per-sequence
- * lengths go through common.cl's sequence layer; paged K/V is refused.
+ * (4. flash_bwd_dsinks: d_sinks, when asked for.) 2 and 3 are the first backward variant of the table
+ * (variants.c) that takes the problem and builds: on NVIDIA (compute capability 8.0 and up, f16/bf16, head_dim
+ * a multiple of 8 up to 128, 16-byte aligned rows) the tensor-core kernels of cl/nvidia/flash_bwd_mma.cl;
+ * otherwise, or with FCL_FLAG_PORTABLE_ONLY / FLASHCL_PORTABLE_ONLY=1, the portable ones. Packed queries and
+ * packed or dense keys with per-sequence lengths go through common.cl's sequence layer; paged K/V is refused.
  * No atomics anywhere, so the gradients are bitwise reproducible. The three are chained with events, so
  * the order holds on in-order and out-of-order queues alike. */
 #include "internal.h"
@@ -16,8 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const backward_files[] = {"common.cl", "flash_bwd.cl"};
-static const char *const nvidia_backward_files[] = {"common.cl", "nvidia/ptx.cl", "nvidia/flash_bwd_mma.cl"};
+/* The pre-pass and the d_sinks reduction are in the portable backward's source whatever variant computes the
+   gradients. */
+static const fcl_variant *const backward_source = &fcl_variants[FCL_VARIANT_PORTABLE_BACKWARD];
 
 size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
   if (!ctx) {
@@ -80,105 +81,27 @@ fcl_status fcl_backward_supported(const fcl_problem *p) {
   return FCL_SUCCESS;
 }
 
-static void tile_defines(int kind, const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
-  snprintf(out, size, "-DBWD_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d%s",
-           kind, (int)dtype, t->head_dim, t->dp, t->ds, t->tr, t->tc, t->rm, t->rn, t->dn, mods);
-}
-
-/* Plans and builds one tiled backward kernel, re-planning if the compiled kernel admits fewer
-   work-items than planned. The caller holds ctx->lock. */
-static fcl_status tiled_kernel(fcl_context *ctx, int which, int d, fcl_dtype dtype, const char *mods,
-                               fcl_tile_plan *plan, cl_kernel *kernel) {
-  static const char *const names[2] = {"flash_bwd_dkdv", "flash_bwd_dq"};
-  size_t kernel_limit = 0;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    if (fcl_plan_backward(&ctx->caps, which, d, dtype, kernel_limit, plan) != 0)
-      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no backward plan on %s: %s", ctx->caps.device_name, plan->reason);
-    char defines[512];
-    tile_defines(which + 1, plan, dtype, mods, defines, sizeof defines);
-    fcl_status st = fcl_get_kernel(ctx, backward_files, 2, names[which], defines, kernel);
-    if (st) return st;
-    size_t wg = 0;
-    FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
-    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
-    kernel_limit = wg;
-  }
-  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the backward kernel %s for head_dim %d admits too few work-items on %s",
-                  names[which], d, ctx->caps.device_name);
-}
-
 /* Work-items of the d_sinks reduction: a power of two the device and kernel admit. It walks the sequences, so
    it is built with their defines. */
 static fcl_status dsinks_kernel(fcl_context *ctx, const fcl_problem *p, cl_kernel *kernel, size_t *wg_out) {
   char defines[128] = "-DBWD_KIND=3 -DDTYPE=0";
   const size_t n = strlen(defines);
   fcl_sequence_defines(p, defines + n, sizeof defines - n);
-  return fcl_get_kernel_wg(ctx, backward_files, 2, "flash_bwd_dsinks", defines, 256, kernel, wg_out);
-}
-
-/* The tensor-core dK/dV and dQ kernels for plans nv, or a reason why they cannot run (why). A build failure is
-   remembered per (dtype, head_dim), like the forward's. The caller holds ctx->lock. */
-static int nvidia_backward(fcl_context *ctx, const fcl_problem *p, const fcl_tile_plan nv[2], const char *mods,
-                           cl_kernel kernels[2], char *why, size_t why_size) {
-  static const char *const names[2] = {"flash_bwd_dkdv_mma", "flash_bwd_dq_mma"};
-  const uint32_t bit = 1u << ((nv[0].head_dim / 8 - 1) & 31);
-  if (ctx->nvidia_mma_bwd_failed[p->dtype] & bit) {
-    snprintf(why, why_size, "the tensor-core backward for this head_dim and dtype failed to build earlier");
-    return -1;
-  }
-  for (int which = 0; which < 2; ++which) {
-    const fcl_tile_plan *t = &nv[which];
-    char defines[384];
-    snprintf(defines, sizeof defines, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d%s", which + 1,
-             (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, which == FCL_BWD_DKDV ? t->br : t->bc, mods);
-    const fcl_status st = fcl_get_kernel(ctx, nvidia_backward_files, 3, names[which], defines, &kernels[which]);
-    if (st != FCL_SUCCESS) {
-      if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_bwd_failed[p->dtype] |= bit;
-      snprintf(why, why_size, "the tensor-core kernel %s %s: %s", names[which],
-               st == FCL_ERROR_BUILD ? "failed to build" : "is unavailable", fcl_status_string(st));
-      fcl_clear_error();
-      return -1;
-    }
-    size_t wg = 0;
-    if (clGetKernelWorkGroupInfo(kernels[which], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) !=
-            CL_SUCCESS ||
-        wg < (size_t)t->wg) {
-      snprintf(why, why_size, "the tensor-core kernel %s admits %zu work-items, fewer than its %d", names[which], wg,
-               t->wg);
-      return -1;
-    }
-  }
-  return 0;
+  return fcl_get_kernel_wg(ctx, backward_source->files, backward_source->num_files, "flash_bwd_dsinks", defines, 256, kernel, wg_out);
 }
 
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
                                size_t *dsinks_wg) {
-  char defines[128], mods[160];
+  char defines[128], mods[160], why[sizeof plans[0].reason];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
-  fcl_status st = fcl_get_kernel(ctx, backward_files, 2, "flash_bwd_pre", defines, &kernels[0]);
+  fcl_status st = fcl_get_kernel(ctx, backward_source->files, backward_source->num_files, "flash_bwd_pre", defines, &kernels[0]);
   if (st) return st;
-  fcl_tile_plan nv[2];
-  char why[sizeof nv[0].reason];
-  if (fcl_plan_nvidia_backward(&ctx->caps, p, ctx->flags, nv) == 0) {
-    if (nvidia_backward(ctx, p, nv, mods, &kernels[1], why, sizeof why) == 0) {
-      plans[FCL_BWD_DKDV] = nv[FCL_BWD_DKDV];
-      plans[FCL_BWD_DQ] = nv[FCL_BWD_DQ];
-      goto sinks;
-    }
-  } else {
-    snprintf(why, sizeof why, "%s", nv[0].reason);
-  }
-  if ((st = tiled_kernel(ctx, FCL_BWD_DKDV, (int)p->d, p->dtype, mods, &plans[FCL_BWD_DKDV], &kernels[1])) ||
-      (st = tiled_kernel(ctx, FCL_BWD_DQ, (int)p->d, p->dtype, mods, &plans[FCL_BWD_DQ], &kernels[2])))
-    return st;
-  /* Where a vendor kernel exists for the platform, the dK/dV plan's reason says why it was not taken
-     (fcl_describe_plan reports it). */
-  if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
-    snprintf(plans[FCL_BWD_DKDV].reason, sizeof plans[FCL_BWD_DKDV].reason, "%s", why);
-  else
-    plans[FCL_BWD_DKDV].reason[0] = '\0';
-sinks:
+  const fcl_variant *v;
+  if ((st = fcl_select_variant(ctx, FCL_OP_BACKWARD, p, mods, &v, plans, &kernels[1], why, sizeof why))) return st;
+  /* The portable kernels: the dK/dV plan's reason says why the vendor kernel was not taken where one exists for
+     the platform (fcl_describe_plan reports it). */
+  if (v->vendor == FCL_VENDOR_OTHER) snprintf(plans[FCL_BWD_DKDV].reason, sizeof plans[FCL_BWD_DKDV].reason, "%s", why);
   kernels[3] = NULL;
   *dsinks_wg = 0;
   if (p->d_sinks && (st = dsinks_kernel(ctx, p, &kernels[3], dsinks_wg))) return st;

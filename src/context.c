@@ -63,9 +63,6 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
   ctx->flags = options ? options->flags : 0;
   const char *portable = getenv("FLASHCL_PORTABLE_ONLY");
   if (portable && portable[0] && strcmp(portable, "0") != 0) ctx->flags |= FCL_FLAG_PORTABLE_ONLY;
-  /* Development: force split-KV on every portable forward (1..128; anything else: the planner decides). */
-  const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
-  if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) ctx->force_splits = atoi(splits);
   int locks = 0;
   if (ctx->build_options && pthread_mutex_init(&ctx->lock, NULL) == 0 && ++locks &&
       pthread_mutex_init(&ctx->stats_lock, NULL) == 0)

@@ -21,7 +21,7 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
   st = fcl_select_forward(ctx, &p, &plan, &kernel);
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
-  snprintf(out->kernel, sizeof out->kernel, "%s", plan.kernel == FCL_KERNEL_NVIDIA_MMA ? "nvidia_mma" : "portable");
+  snprintf(out->kernel, sizeof out->kernel, "%s", fcl_variants[plan.variant].name);
   snprintf(out->reason, sizeof out->reason, "%s", plan.reason);
   out->block_q = plan.br;
   out->block_k = plan.bc;
@@ -50,13 +50,13 @@ fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_pla
   pthread_mutex_unlock(&ctx->lock);
   if (st) return st;
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
-  if (kv->kernel == FCL_KERNEL_NVIDIA_MMA) {
-    snprintf(out->kernel, sizeof out->kernel, "nvidia_mma");
+  const fcl_variant *v = &fcl_variants[kv->variant];
+  snprintf(out->kernel, sizeof out->kernel, "%s", v->name);
+  if (v->vendor != FCL_VENDOR_OTHER) {
     /* The two plans' reasons, cut to fit (the return value is read so a cut is not a warning). */
     if (snprintf(out->reason, sizeof out->reason, "%s; %s", kv->reason, qp->reason) >= (int)sizeof out->reason)
       out->reason[sizeof out->reason - 1] = '\0';
   } else {
-    snprintf(out->kernel, sizeof out->kernel, "portable");
     if (snprintf(out->reason, sizeof out->reason,
              "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
              "per step, %dx%d work-items, %zu B; within %llu B of local memory%s%s",

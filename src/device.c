@@ -127,6 +127,9 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
   const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
   if (!shape || fcl_parse_forward_shape(shape, caps->forward_shape) != 0) caps->forward_shape[0] = 0;
+  /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
+  const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
+  if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) caps->forward_splits = atoi(splits);
 
   /* Warp or wavefront width where the vendor reports it; else 32 for GPUs (NVIDIA, AMD RDNA in wave32),
      16 for Intel GPUs, 8 for CPUs (one AVX-256 vector of floats). */

@@ -5,85 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const forward_files[] = {"common.cl", "flash_fwd.cl"};
-
-static void portable_defines(const fcl_tile_plan *t, fcl_dtype dtype, const char *mods, char *out, size_t size) {
-  snprintf(out, size,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s%s",
-           (int)dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt,
-           t->direct ? " -DDIRECT=1" : "", mods);
-}
-
-fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
-                                       cl_kernel *kernel, size_t *kernel_wg) {
-  char defines[512];
-  portable_defines(plan, dtype, mods, defines, sizeof defines);
-  fcl_status st = fcl_get_kernel(ctx, forward_files, 2, "flash_fwd", defines, kernel);
-  if (st) return st;
-  FCL_CL_CHECK(clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *kernel_wg, kernel_wg,
-                                        NULL));
-  return FCL_SUCCESS;
-}
-
-fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
-                                int64_t rows, int tuned, fcl_tile_plan *plan, cl_kernel *kernel) {
-  size_t kernel_limit = 0;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    if ((!tuned || fcl_plan_forward_tuned(ctx, d, dtype, kernel_limit, plan) != 0 || (rows > 0 && rows < plan->br)) &&
-        fcl_plan_forward_rows(caps, d, dtype, kernel_limit, rows, plan) != 0)
-      return fcl_fail(FCL_ERROR_UNSUPPORTED, "no forward plan on %s: %s", caps->device_name, plan->reason);
-    size_t wg = 0;
-    fcl_status st = fcl_forward_portable_kernel(ctx, plan, dtype, mods, kernel, &wg);
-    if (st) return st;
-    if ((size_t)plan->wg <= wg) return FCL_SUCCESS;
-    kernel_limit = wg;
-  }
-  return fcl_fail(FCL_ERROR_UNSUPPORTED, "the forward kernel for head_dim %d admits too few work-items on %s", d,
-                  caps->device_name);
-}
-
-static const char *const nvidia_forward_files[] = {"common.cl", "nvidia/ptx.cl", "nvidia/flash_fwd_mma.cl"};
-
-/* The tensor-core kernel for plan t, or a reason why it cannot run (why). The caller holds ctx->lock. */
-static int nvidia_forward(fcl_context *ctx, const fcl_problem *p, const fcl_tile_plan *t, cl_kernel *kernel,
-                          char *why, size_t why_size) {
-  /* A variant that failed to compile is not tried again (bit d/8 - 1 per dtype; d is a multiple of 8). */
-  const uint32_t bit = 1u << ((t->head_dim / 8 - 1) & 31);
-  if (ctx->nvidia_mma_failed[p->dtype] & bit) {
-    snprintf(why, why_size, "the tensor-core kernel for this head_dim and dtype failed to build earlier");
-    return -1;
-  }
-  char defines[384], mods[160];
-  fcl_modifier_defines(p, mods, sizeof mods);
-  snprintf(defines, sizeof defines,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DKDB=%d -DPACK=%d -DSPLIT=%d%s",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->kdb, t->pack, t->splits > 1,
-           mods);
-  const fcl_status st = fcl_get_kernel(ctx, nvidia_forward_files, 3, "flash_fwd_mma", defines, kernel);
-  if (st != FCL_SUCCESS) {
-    if (st == FCL_ERROR_BUILD) ctx->nvidia_mma_failed[p->dtype] |= bit;
-    snprintf(why, why_size, "the tensor-core kernel %s: %s", st == FCL_ERROR_BUILD ? "failed to build" : "is unavailable",
-             fcl_status_string(st));
-    fcl_clear_error();
-    return -1;
-  }
-  size_t wg = 0;
-  if (clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS ||
-      wg < (size_t)t->wg) {
-    snprintf(why, why_size, "the tensor-core kernel admits %zu work-items, fewer than its %d", wg, t->wg);
-    return -1;
-  }
-  return 0;
-}
-
 /* The split-KV build of the portable kernel for plan, or splits back to 1 when it admits fewer work-items. */
-static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const char *mods, fcl_tile_plan *plan,
-                               cl_kernel *kernel) {
-  char split_mods[192];
-  snprintf(split_mods, sizeof split_mods, "%s -DSPLIT=1", mods);
+static fcl_status split_kernel(fcl_context *ctx, const fcl_variant *v, const fcl_problem *p, const char *mods,
+                               fcl_tile_plan *plan, cl_kernel *kernel) {
   cl_kernel k;
   size_t wg = 0;
-  fcl_status st = fcl_forward_portable_kernel(ctx, plan, p->dtype, split_mods, &k, &wg);
+  fcl_status st = fcl_variant_kernel(ctx, v, p, plan, 0, mods, &k, &wg);
   if (st) return st;
   if (wg >= (size_t)plan->wg) *kernel = k;
   else plan->splits = 1;
@@ -91,37 +18,19 @@ static fcl_status split_kernel(fcl_context *ctx, const fcl_problem *p, const cha
 }
 
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel) {
-  fcl_tile_plan nv;
-  char why[sizeof nv.reason];
-  if (fcl_plan_nvidia_forward(&ctx->caps, p, ctx->flags, &nv) == 0) {
-    nv.splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, &nv);
-    if (nvidia_forward(ctx, p, &nv, kernel, why, sizeof why) == 0) {
-      *plan = nv;
-      return FCL_SUCCESS;
-    }
-  } else {
-    snprintf(why, sizeof why, "%s", nv.reason);
-  }
-  char mods[176];
+  char mods[176], why[sizeof plan->reason];
   fcl_modifier_defines(p, mods, sizeof mods);
-  const int pack = fcl_forward_packs(p);
-  if (pack) strcat(mods, " -DPACK=1");
-  /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
-     the tiles in what remains (2 KiB covers the largest tile), and not with a tuned shape, timed without. */
-  fcl_device_caps caps = ctx->caps;
-  if (p->block_table) caps.local_mem_size = caps.local_mem_size > 4096 ? caps.local_mem_size - 2048 : caps.local_mem_size / 2;
-  fcl_status st = fcl_portable_forward(ctx, &caps, (int)p->d, p->dtype, mods, pack ? p->nq * p->group : p->nq,
-                                       !p->block_table, plan, kernel);
-  if (st) return st;
-  plan->pack = pack;
-  /* Say why the vendor kernel was not taken where one exists for the platform. */
-  if (ctx->caps.vendor == FCL_VENDOR_NVIDIA || (ctx->flags & FCL_FLAG_PORTABLE_ONLY))
-    snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
-  plan->splits = ctx->force_splits ? ctx->force_splits : fcl_plan_splits(&ctx->caps, p, plan);
+  const fcl_variant *v;
+  fcl_status st = fcl_select_variant(ctx, FCL_OP_FORWARD, p, mods, &v, plan, kernel, why, sizeof why);
+  if (st || v->vendor != FCL_VENDOR_OTHER) return st; /* a vendor plan comes with its split count */
+  /* The portable kernel: its reason says why the vendor kernel was not taken where one exists for the
+     platform, and its split count is decided on the plan its compiled kernel admits. */
+  if (why[0]) snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
+  plan->splits = fcl_plan_splits(&ctx->caps, p, plan);
   /* A device with a loop budget (docs/testing.md) gets enough chunks that no launch exceeds it. */
   const int budget_splits = fcl_forward_budget_splits(&ctx->caps, p, plan);
   if (plan->splits < budget_splits) plan->splits = budget_splits;
-  return plan->splits > 1 ? split_kernel(ctx, p, mods, plan, kernel) : FCL_SUCCESS;
+  return plan->splits > 1 ? split_kernel(ctx, v, p, mods, plan, kernel) : FCL_SUCCESS;
 }
 
 /* Bytes of float32 partials (O and lse) of a split-KV call; 0 on overflow. */

@@ -46,9 +46,11 @@ typedef struct fcl_device_caps {
   size_t preferred_multiple; /* preferred work-group size multiple (warp / wavefront / SIMD width) */
   int has_fp16, has_fp64, has_subgroups;
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
-  /* Development override of the portable forward's plan (FLASHCL_FORWARD_SHAPE), used when it fits:
-     tr, tc, rm, rn (tr 0: none) and kt (-1: by device type). */
+  /* Development overrides of the forward's plan: FLASHCL_FORWARD_SHAPE, the portable kernel's shape, used when
+     it fits: tr, tc, rm, rn (tr 0: none) and kt (-1: by device type); FLASHCL_FORWARD_SPLITS, the split-KV count
+     of every forward (0: the planner's). */
   int forward_shape[5];
+  int forward_splits;
   /* loop_budget.c: measured driver quirks (fcl_device_quirks in flashcl.h). loop_budget: iterations one
      work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
   unsigned long long loop_budget;
@@ -80,10 +82,18 @@ char *fcl_loop_budget_file_path(const fcl_device_caps *caps, const char *dir);
 
 /* ---- plan.c: tile sizes and work-group shape (pure functions of capabilities and problem) ---- */
 
-enum { FCL_KERNEL_PORTABLE = 0, FCL_KERNEL_NVIDIA_MMA = 1 };
+/* The kernel variants (variants.c): index into fcl_variants, each operation's vendor variants before its
+   portable one. */
+enum {
+  FCL_VARIANT_NVIDIA_FORWARD,
+  FCL_VARIANT_PORTABLE_FORWARD,
+  FCL_VARIANT_NVIDIA_BACKWARD,
+  FCL_VARIANT_PORTABLE_BACKWARD,
+  FCL_VARIANT_COUNT
+};
 
 typedef struct fcl_tile_plan {
-  int kernel;       /* FCL_KERNEL_* */
+  int variant;      /* FCL_VARIANT_* it plans; -1 in a declined plan */
   int head_dim;     /* D: the problem's head_dim */
   int dp;           /* D padded to a multiple of tc */
   int ds;           /* row stride of the local Q/K/V tiles (dp, or dp + 1 against bank conflicts) */
@@ -104,27 +114,35 @@ typedef struct fcl_tile_plan {
   char reason[256];
 } fcl_tile_plan;
 
+/* Every planner has one signature (fcl_planner, variants.c): the device's capabilities, the resolved problem,
+   flags (the context's FCL_FLAG_*, and FCL_PLAN_RULE) and kernel_wg, per kernel of the variant the work-items
+   its built kernel admits (NULL, or 0 for a kernel: the device's limits alone). It returns 0 and a plan per
+   kernel of the variant (out[0], and out[1] for the backward's dQ), or -1 with out[0].reason saying why not. */
+struct fcl_problem;
+
+/* A planner bit beside the public FCL_FLAG_*: the portable forward's rule for the problem's head_dim alone (no
+   FLASHCL_FORWARD_SHAPE, tuned or few-row shape, no GQA packing, no paged reserve): the default fcl_tune_forward
+   compares its candidates against. */
+#define FCL_PLAN_RULE (1u << 30)
+
 /* The largest work-group a plan may use: the device's limits and the kernel's own (0: none). */
 size_t fcl_work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg);
 /* Local memory the portable forward kernel uses for plan p. */
 size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
-/* Picks the portable forward plan for (caps, head_dim, dtype). kernel_max_wg bounds the work-group
-   (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
-int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
+/* The portable forward (cl/flash_fwd.cl): FLASHCL_FORWARD_SHAPE when it fits, else the rule's plan by device
+   type; for a problem of fewer query rows (or packed GQA rows) than the rule's block, blocks just large enough
+   (decode); paged keys plan within the local memory their block indices leave. Never declines a head_dim in
+   1..FCL_MAX_HEAD_DIM on a device with room for one work-item's tile. */
+int fcl_plan_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags, const size_t *kernel_wg,
                      fcl_tile_plan *out);
-/* The same for a problem of `rows` query rows per (batch, head) (0: many): when they are fewer than the
-   rule's block, a shape with blocks just large enough (decode), else the rule's. */
-int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
-                          int64_t rows, fcl_tile_plan *out);
 
 /* The most chunks split-KV cuts a block's keys into. */
 #define FCL_MAX_SPLITS 128
 /* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
-   fill the device. The portable kernel: the smallest count whose wave efficiency is within 85% of the best
-   (FlashAttention-2's rule), counting two work-groups per compute unit on a GPU and one on a CPU, at most
-   FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four warps a compute unit, chunks
-   of at least four tiles (plan.c says why). */
-struct fcl_problem;
+   fill the device (caps->forward_splits instead when set). The portable kernel: the smallest count whose wave
+   efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
+   a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
+   warps a compute unit, chunks of at least four tiles (plan.c says why). */
 int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's
    heads (the kv heads when t packs a GQA group into each work-group, else the query heads). */
@@ -132,29 +150,31 @@ int64_t fcl_forward_row_blocks(const struct fcl_problem *p, const fcl_tile_plan 
 int64_t fcl_forward_grid_heads(const struct fcl_problem *p, const fcl_tile_plan *t);
 /* 1 when the portable forward packs p's GQA groups: few query rows (decode, speculative) sharing kv heads. */
 int fcl_forward_packs(const struct fcl_problem *p);
-
-/* ---- plan_nvidia.c: the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl) ---- */
-
-/* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds), with paged
-   keys or without. */
-size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged);
-/* Returns 0 and its plan (kernel FCL_KERNEL_NVIDIA_MMA) when the tensor-core kernel applies to p on this
-   device under flags; else -1, with out->reason saying why. */
-struct fcl_problem;
-int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
-                            fcl_tile_plan *out);
-/* The NVIDIA tensor-core backward (cl/nvidia/flash_bwd_mma.cl): local memory of plan p of kernel `which`
-   (FCL_BWD_DKDV: tr warps of 16 owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned
-   query rows, bc keys a tile), and the plans of both kernels (kernel FCL_KERNEL_NVIDIA_MMA) when it applies
-   to p on this device under flags: 0, else -1 with out[0].reason (and out[1].reason) saying why. */
-size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which);
-int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
-                             fcl_tile_plan out[2]);
+/* The rows of one (batch, grid head) the portable forward's blocks cover: p's query rows, times the group when
+   it packs. */
+int64_t fcl_forward_block_rows(const struct fcl_problem *p);
 /* Fills the portable forward plan of one shape: tr x tc work-items, rm x rn of S per work-item, pad
    (stagger rows across banks, 0/1), kt (K tile transposed, 0/1; -1: by device type). Returns 0 when it
    fits the device, -1 otherwise. */
 int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
                            int rn, int pad, int kt, fcl_tile_plan *out);
+
+/* ---- plan_nvidia.c: the NVIDIA tensor-core kernels (cl/nvidia/flash_fwd_mma.cl, flash_bwd_mma.cl) ---- */
+
+/* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds), with paged
+   keys or without. */
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged);
+/* The tensor-core forward's planner: its plan (splits included) when it applies to p on this device under
+   flags, else -1 with out->reason saying why. kernel_wg is not used: a kernel that admits fewer work-items than
+   planned is declined. */
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
+                            const size_t *kernel_wg, fcl_tile_plan *out);
+/* The NVIDIA tensor-core backward: local memory of plan p of kernel `which` (FCL_BWD_DKDV: tr warps of 16
+   owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned query rows, bc keys a tile), and
+   the planner of both kernels (out[2]); kernel_wg is not used, as for the forward. */
+size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which);
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
+                             const size_t *kernel_wg, fcl_tile_plan out[2]);
 
 /* ---- program.c: kernels built from embedded source with -D defines, kept per context ---- */
 
@@ -180,6 +200,53 @@ extern const fcl_embedded_source fcl_embedded_sources[];
 extern const int fcl_embedded_source_count;
 void fcl_release_programs(fcl_context *ctx);
 
+/* ---- variants.c: the table of kernel variants ---- */
+
+/* The planner every variant has (plan.c, plan_backward.c, plan_nvidia.c describe its arguments). */
+typedef int fcl_planner(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
+                        const size_t *kernel_wg, fcl_tile_plan *out);
+
+/* One kernel variant of an operation. Adding one (an AMD or Intel kernel) is an entry in fcl_variants, before
+   its operation's portable entry, plus its .cl file. */
+typedef struct fcl_variant {
+  const char *name;           /* as fcl_describe_plan reports it: "nvidia_mma", "portable" */
+  const char *title;          /* in reasons: "tensor-core forward" */
+  fcl_operation op;
+  int vendor;                 /* FCL_VENDOR_* it is written for; FCL_VENDOR_OTHER: every device */
+  const char *const *files;   /* its .cl files, in build order */
+  int num_files;
+  const char *const *kernels; /* its kernels: the forward's; the backward's dK/dV and dQ (FCL_BWD_*) */
+  int num_kernels;
+  fcl_planner *plan;          /* whether it applies to a problem on a device, and with what plan */
+  /* The context's tuned plan (tune_record.c), tried before the planner (NULL: none). Not pure: caller holds
+     ctx->lock. */
+  int (*tuned)(fcl_context *ctx, const struct fcl_problem *p, const size_t *kernel_wg, fcl_tile_plan *out);
+  /* The -D defines of kernel `which` under plan t, mods (fcl_modifier_defines, or fewer) included. */
+  void (*defines)(const struct fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods, char *out,
+                  size_t size);
+} fcl_variant;
+
+extern const fcl_variant fcl_variants[FCL_VARIANT_COUNT];
+
+/* Kernel `which` of variant v for plan t (its -D defines from v->defines with mods) and the work-items it
+   admits (*kernel_wg). Caller holds ctx->lock. */
+fcl_status fcl_variant_kernel(fcl_context *ctx, const fcl_variant *v, const struct fcl_problem *p,
+                              const fcl_tile_plan *t, int which, const char *mods, cl_kernel *kernel,
+                              size_t *kernel_wg);
+/* Plans (the tuned plan first, unless flags has FCL_PLAN_RULE) and builds every kernel of variant v for p,
+   re-planned within what a built kernel admits while it admits fewer work-items than planned. On failure
+   fcl_last_error() has the detail (a build log) and why a short reason. Caller holds ctx->lock. */
+fcl_status fcl_variant_build(fcl_context *ctx, const fcl_variant *v, const struct fcl_problem *p, unsigned flags,
+                             const char *mods, fcl_tile_plan *plans, cl_kernel *kernels, char *why, size_t why_size);
+/* The first variant of op, in table order, that plans and builds for p (*chosen, with plans and kernels). A
+   vendor variant that declines or fails is passed over (one whose kernels failed to build is not tried again
+   for p's dtype and head_dim); the portable variant's failure is the call's. why: the reason the vendor
+   variant written for this device was passed over (any, with FCL_FLAG_PORTABLE_ONLY), else "". Caller holds
+   ctx->lock. */
+fcl_status fcl_select_variant(fcl_context *ctx, fcl_operation op, const struct fcl_problem *p, const char *mods,
+                              const fcl_variant **chosen, fcl_tile_plan *plans, cl_kernel *kernels, char *why,
+                              size_t why_size);
+
 /* ---- tune_record.c and tune.c: tuned portable forward shapes, and the opt-in autotune that finds them ---- */
 
 /* One portable forward shape, as fcl_plan_forward_shape takes it. */
@@ -193,10 +260,12 @@ typedef struct fcl_tuned_slot {
   unsigned char state, tr, tc, rm, rn, pad, kt;
 } fcl_tuned_slot;
 
-/* The plan of the tuned shape for (head_dim, dtype), loaded once from the disk cache and verified, when
-   there is one, FLASHCL_FORWARD_SHAPE is not set, and it fits within kernel_max_wg (0: only the device
-   limit). Returns 0 with out->reason saying "tuned on this device", else -1. Caller holds ctx->lock. */
-int fcl_plan_forward_tuned(fcl_context *ctx, int head_dim, fcl_dtype dtype, size_t kernel_max_wg, fcl_tile_plan *out);
+/* The portable forward's tuned plan for p's (head_dim, dtype), loaded once from the disk cache and verified,
+   when there is one, FLASHCL_FORWARD_SHAPE is not set, p's keys are not paged (shapes are timed without), its
+   block covers no more rows than p has (fcl_forward_block_rows), and it fits within kernel_wg[0] (NULL or 0:
+   only the device limit). Returns 0 with out->reason saying "tuned on this device", else -1. Caller holds
+   ctx->lock. */
+int fcl_plan_forward_tuned(fcl_context *ctx, const struct fcl_problem *p, const size_t *kernel_wg, fcl_tile_plan *out);
 /* Records shape (NULL: the rule's default) as the tuned choice for (head_dim, dtype) in the context and, with
    a disk cache, in its tune file (NULL: the file is removed). *saved (optional): 1 when the file was
    written. Takes ctx->lock. Used by fcl_tune_forward, and by tests to make a choice deterministic. */
@@ -235,10 +304,9 @@ struct fcl_context {
                            by fcl_get_kernel while it builds */
   pthread_mutex_t stats_lock; /* guards the cache_* counters below */
   fcl_program_entry *programs;
-  uint32_t nvidia_mma_failed[3]; /* forward.c: per dtype, bit d/8-1: that tensor-core variant did not build */
-  uint32_t nvidia_mma_bwd_failed[3]; /* backward.c: the same for the tensor-core backward */
+  /* variants.c: the variants whose kernels failed to build, per (variant, dtype, head_dim) bit */
+  unsigned char variant_failed[FCL_VARIANT_COUNT][3][(FCL_MAX_HEAD_DIM + 8) / 8];
   fcl_scratch *scratch;          /* scratch.c (guarded by lock) */
-  int force_splits;              /* FLASHCL_FORWARD_SPLITS (development): split count of every portable forward */
   /* cache.c: where kernel requests were served from (guarded by lock) */
   uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
       cache_disk_write_failures;
@@ -463,18 +531,9 @@ fcl_status fcl_attention_bytes(const fcl_problem *p, uint64_t r[4][2]);
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
                                 cl_uint num_wait, const cl_event *wait, fcl_problem *p);
-/* Chooses the forward kernel variant for p and returns its plan and built kernel. Caller holds ctx->lock. */
+/* Chooses the forward kernel variant for p (fcl_select_variant) and returns its plan, split count decided, and
+   built kernel. Caller holds ctx->lock. */
 fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan *plan, cl_kernel *kernel);
-/* The built portable forward kernel of plan for dtype, and the work-items it admits (*kernel_wg). Caller
-   holds ctx->lock. */
-fcl_status fcl_forward_portable_kernel(fcl_context *ctx, const fcl_tile_plan *plan, fcl_dtype dtype, const char *mods,
-                                       cl_kernel *kernel, size_t *kernel_wg);
-/* The portable forward's plan for (d, dtype) and `rows` query rows (0: many) on caps (tuned: the shape
-   fcl_tune_forward recorded for the context first, unless rows is below its block, else the rule) and its
-   built kernel, re-planned if the compiled kernel admits fewer
-   work-items than planned. Caller holds ctx->lock. */
-fcl_status fcl_portable_forward(fcl_context *ctx, const fcl_device_caps *caps, int d, fcl_dtype dtype, const char *mods,
-                                int64_t rows, int tuned, fcl_tile_plan *plan, cl_kernel *kernel);
 /* Sets the problem's arguments every attention kernel takes after its buffers, from index *a on (advanced
    past them): the offset
    and three strides of q, k, v and o, then num_heads, group, nq, nk, scale and the modifiers (FCL_MOD_ARGS). */
@@ -518,10 +577,10 @@ enum { FCL_BWD_DKDV = 0, FCL_BWD_DQ = 1 };
 
 /* Local memory the backward kernel `which` (FCL_BWD_*) uses for plan p. */
 size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which);
-/* Picks the portable plan of backward kernel `which` for (caps, head_dim, dtype). kernel_max_wg bounds
-   the work-group (0: only the device limit). Returns 0 on success, -1 when nothing fits (reason says why). */
-int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_dtype dtype,
-                      size_t kernel_max_wg, fcl_tile_plan *out);
+/* The portable backward's planner (cl/flash_bwd.cl): the plans of both kernels, out[FCL_BWD_DKDV] and
+   out[FCL_BWD_DQ], each within kernel_wg[FCL_BWD_*]; -1 when nothing fits one of them (out[0].reason says why). */
+int fcl_plan_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
+                      fcl_tile_plan out[2]);
 /* Plans and builds the backward kernels for p: plans[FCL_BWD_DKDV], plans[FCL_BWD_DQ]; kernels[0] the
    pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ, kernels[3] the d_sinks reduction of
    *dsinks_wg work-items per head (NULL and 0 without desc->d_sinks). Caller holds ctx->lock. */

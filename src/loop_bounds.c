@@ -153,7 +153,7 @@ static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const 
 }
 
 int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
-  if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return 1;
+  if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD) return 1;
   const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
   const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
   if (fit <= 0) return 1; /* not even one tile: fcl_forward_within_budget refuses */
@@ -163,7 +163,7 @@ int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p,
 
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
   /* The bounds describe the portable kernel; vendor kernels run on drivers without a budget. */
-  if (!caps->loop_budget || plan->kernel != FCL_KERNEL_PORTABLE) return FCL_SUCCESS;
+  if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD) return FCL_SUCCESS;
   int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
   /* Split-KV: a work-group streams one chunk of ceil(tiles / splits) tiles (fcl_split_keys in common.cl). */
   if (plan->splits > 1) tiles = (tiles + plan->splits - 1) / plan->splits;

@@ -1,5 +1,6 @@
-/* Tiling plans: a pure function of the device's capabilities and the problem's head_dim and dtype.
- * Every plan returned fits the device's local memory and work-group limits. */
+/* The portable forward's plan (cl/flash_fwd.cl): a pure function of the device's capabilities and the problem.
+ * Every plan returned fits the device's local memory and work-group limits. Also the split-KV count of both
+ * forward variants. */
 #include "internal.h"
 
 #include <math.h>
@@ -28,7 +29,7 @@ size_t fcl_work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg) {
 int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int tr, int tc, int rm,
                            int rn, int pad, int kt, fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
-  out->kernel = FCL_KERNEL_PORTABLE;
+  out->variant = FCL_VARIANT_PORTABLE_FORWARD;
   out->head_dim = head_dim;
   if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM || tr < 1 || tc < 1 || rm < 1 || rn < 1) return -1;
   /* Every product below stays an int: no device has 2^16 work-items in a group or could hold such tiles. */
@@ -56,11 +57,10 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   return 0;
 }
 
-int fcl_plan_forward(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
-                     fcl_tile_plan *out) {
-  (void)dtype; /* tiles hold float whatever the storage type */
+/* The rule's plan for head_dim (tiles hold float whatever the storage type), or FLASHCL_FORWARD_SHAPE's. */
+static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
-  out->kernel = FCL_KERNEL_PORTABLE;
+  out->variant = FCL_VARIANT_PORTABLE_FORWARD;
   out->head_dim = head_dim;
   if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM) {
     snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
@@ -133,7 +133,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
-  if (t->kernel == FCL_KERNEL_NVIDIA_MMA) {
+  if (caps->forward_splits) return caps->forward_splits;
+  if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
        loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
@@ -168,10 +169,12 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
   return 1;
 }
 
-int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype dtype, size_t kernel_max_wg,
-                          int64_t rows, fcl_tile_plan *out) {
-  if (fcl_plan_forward(caps, head_dim, dtype, kernel_max_wg, out) != 0) return -1;
-  if (rows <= 0 || rows >= out->br || caps->forward_shape[0]) return 0;
+int64_t fcl_forward_block_rows(const fcl_problem *p) { return p->nq * (fcl_forward_packs(p) ? p->group : 1); }
+
+/* The rule's plan, or for fewer rows than its block one just large enough. */
+static int rows_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int64_t rows, fcl_tile_plan *out) {
+  if (rule_plan(caps, head_dim, kernel_max_wg, out) != 0) return -1;
+  if (rows >= out->br || caps->forward_shape[0]) return 0;
   /* Few query rows (decode): the same keys per tile and work-items per row, with as few rows per block as
      cover them, so that no work-item computes padding rows; whole warps where the device has them. */
   const fcl_tile_plan rule = *out;
@@ -191,5 +194,21 @@ int fcl_plan_forward_rows(const fcl_device_caps *caps, int head_dim, fcl_dtype d
         *out = p;
         return 0;
       }
+  return 0;
+}
+
+int fcl_plan_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
+                     fcl_tile_plan *out) {
+  const size_t kernel_max_wg = kernel_wg ? kernel_wg[0] : 0;
+  fcl_device_caps c = *caps;
+  if (flags & FCL_PLAN_RULE) {
+    c.forward_shape[0] = 0;
+    return rule_plan(&c, (int)p->d, kernel_max_wg, out);
+  }
+  /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
+     the tiles in what remains (2 KiB covers the largest tile). */
+  if (p->block_table) c.local_mem_size = c.local_mem_size > 4096 ? c.local_mem_size - 2048 : c.local_mem_size / 2;
+  if (rows_plan(&c, (int)p->d, kernel_max_wg, fcl_forward_block_rows(p), out) != 0) return -1;
+  out->pack = fcl_forward_packs(p);
   return 0;
 }

@@ -1,6 +1,6 @@
-/* Tiling plans for the backward kernels: a pure function of the device's capabilities and the problem's
- * head_dim and dtype, like fcl_plan_forward. Every plan returned fits the device's local memory and
- * work-group limits. */
+/* The portable backward's plans (cl/flash_bwd.cl): a pure function of the device's capabilities and the
+ * problem (its head_dim: tiles hold float whatever the storage type), like fcl_plan_forward. Every plan
+ * returned fits the device's local memory and work-group limits. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -29,16 +29,11 @@ size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
    a second pass drops it, so a device with little local memory still gets a (slow) plan. */
 #define FCL_BWD_REGISTER_BUDGET 128
 
-int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_dtype dtype,
-                      size_t kernel_max_wg, fcl_tile_plan *out) {
-  (void)dtype; /* tiles hold float whatever the storage type */
+/* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit). */
+static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
-  out->kernel = FCL_KERNEL_PORTABLE;
+  out->variant = FCL_VARIANT_PORTABLE_BACKWARD;
   out->head_dim = head_dim;
-  if (which != FCL_BWD_DKDV && which != FCL_BWD_DQ) {
-    snprintf(out->reason, sizeof out->reason, "unknown backward kernel %d", which);
-    return -1;
-  }
   if (head_dim < 1 || head_dim > FCL_MAX_HEAD_DIM) {
     snprintf(out->reason, sizeof out->reason, "head_dim %d is outside 1..%d", head_dim, FCL_MAX_HEAD_DIM);
     return -1;
@@ -94,4 +89,16 @@ int fcl_plan_backward(const fcl_device_caps *caps, int which, int head_dim, fcl_
            "no backward tiling of head_dim %d fits %zu B of local memory and %zu work-items", head_dim,
            local_limit, max_wg);
   return -1;
+}
+
+int fcl_plan_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
+                      fcl_tile_plan out[2]) {
+  (void)flags; /* the portable kernels apply everywhere */
+  for (int which = FCL_BWD_DKDV; which <= FCL_BWD_DQ; ++which)
+    if (plan_kernel(caps, which, (int)p->d, kernel_wg ? kernel_wg[which] : 0, &out[which]) != 0) {
+      if (which != 0) memcpy(out[0].reason, out[which].reason, sizeof out[0].reason);
+      out[0].variant = -1;
+      return -1;
+    }
+  return 0;
 }

@@ -1,5 +1,5 @@
-/* Plan of the NVIDIA tensor-core forward kernel (cl/nvidia/flash_fwd_mma.cl): whether it applies to a
- * problem on a device, and its tiles. A pure function of (capabilities, problem, context flags). */
+/* Plans of the NVIDIA tensor-core kernels (cl/nvidia/flash_fwd_mma.cl, flash_bwd_mma.cl): whether they apply
+ * to a problem on a device, and their tiles. Pure functions of (capabilities, problem, context flags). */
 #include "internal.h"
 
 #include <math.h>
@@ -25,9 +25,11 @@ static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t e
   return 1;
 }
 
-int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, fcl_tile_plan *out) {
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
+                            fcl_tile_plan *out) {
+  (void)kernel_wg;
   memset(out, 0, sizeof *out);
-  out->kernel = FCL_KERNEL_PORTABLE;
+  out->variant = -1;
   out->head_dim = (int)p->d;
 #define DECLINE(...)                                          \
   do {                                                        \
@@ -50,7 +52,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
     DECLINE("tensor-core kernel: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
   fcl_tile_plan t = *out;
-  t.kernel = FCL_KERNEL_NVIDIA_MMA;
+  t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   t.dp = ((int)p->d + 15) / 16 * 16;
   t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
   /* Warps of 16-row mma tiles (rm per warp), key-tile rows and where Q lives, by head_dim, from the
@@ -101,6 +103,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   /* One K tile: a second one (kdb, K(j+1) loading during a whole iteration) measured 1-5% slower on the
      H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
   t.kdb = 0;
+  t.splits = fcl_plan_splits(caps, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local",
@@ -122,9 +125,11 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
   return (kv > o ? kv : o) * 2;
 }
 
-int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, fcl_tile_plan out[2]) {
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
+                             fcl_tile_plan out[2]) {
+  (void)kernel_wg;
   memset(out, 0, 2 * sizeof *out);
-  out[0].kernel = out[1].kernel = FCL_KERNEL_PORTABLE;
+  out[0].variant = out[1].variant = -1;
   out[0].head_dim = out[1].head_dim = (int)p->d;
 #define DECLINE(...)                                              \
   do {                                                            \
@@ -165,7 +170,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, 
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
-    t.kernel = FCL_KERNEL_NVIDIA_MMA;
+    t.variant = FCL_VARIANT_NVIDIA_BACKWARD;
     t.head_dim = (int)p->d;
     t.dp = ((int)p->d + 15) / 16 * 16;
     t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */

@@ -162,12 +162,13 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
                     2 * (q_bytes + k_bytes), (unsigned long long)caps->global_mem_size);
   const size_t q_elems = (size_t)(p.batch * p.q_stride[0]), k_elems = (size_t)(p.batch * p.k_stride[0]);
 
-  fcl_device_caps rule_caps = *caps;
-  rule_caps.forward_shape[0] = 0; /* the default is the rule's, whatever FLASHCL_FORWARD_SHAPE says */
+  /* The default is the rule's (FCL_PLAN_RULE), whatever FLASHCL_FORWARD_SHAPE or an earlier record says. */
+  const fcl_variant *portable = &fcl_variants[FCL_VARIANT_PORTABLE_FORWARD];
   fcl_tile_plan def, best;
   cl_kernel def_kernel;
+  char why[sizeof def.reason];
   pthread_mutex_lock(&ctx->lock);
-  st = fcl_portable_forward(ctx, &rule_caps, (int)p.d, p.dtype, "", 0, 0, &def, &def_kernel);
+  st = fcl_variant_build(ctx, portable, &p, ctx->flags | FCL_PLAN_RULE, "", &def, &def_kernel, why, sizeof why);
   pthread_mutex_unlock(&ctx->lock);
   /* A launch past the device's loop budget ends early: its time says nothing. */
   if (!st) st = fcl_forward_within_budget(caps, &p, &def);
@@ -206,7 +207,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
     size_t wg = 0;
     double ms = 0;
     pthread_mutex_lock(&ctx->lock);
-    st = fcl_forward_portable_kernel(ctx, &t, p.dtype, "", &kernel, &wg);
+    st = fcl_variant_kernel(ctx, portable, &p, &t, 0, "", &kernel, &wg);
     pthread_mutex_unlock(&ctx->lock);
     if (!st && wg >= (size_t)t.wg && fcl_forward_within_budget(caps, &p, &t) == FCL_SUCCESS)
       st = time_plan(ctx, queue, &p, &t, kernel, &b, &wall, &ms);
@@ -225,7 +226,7 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
         cl_kernel rk;
         size_t rwg = 0;
         pthread_mutex_lock(&ctx->lock);
-        st = fcl_forward_portable_kernel(ctx, &redo[r], p.dtype, "", &rk, &rwg);
+        st = fcl_variant_kernel(ctx, portable, &p, &redo[r], 0, "", &rk, &rwg);
         pthread_mutex_unlock(&ctx->lock);
         if (!st) st = time_plan(ctx, queue, &p, &redo[r], rk, &b, &wall, redo_ms[r]);
       }

@@ -119,13 +119,17 @@ static void load_slot(fcl_context *ctx, int head_dim, fcl_dtype dtype, fcl_tuned
   free(data);
 }
 
-int fcl_plan_forward_tuned(fcl_context *ctx, int head_dim, fcl_dtype dtype, size_t kernel_max_wg, fcl_tile_plan *out) {
-  fcl_tuned_slot *slot = slot_of(ctx, head_dim, dtype);
-  if (!slot || ctx->caps.forward_shape[0]) return -1; /* FLASHCL_FORWARD_SHAPE wins */
-  if (slot->state == 0) load_slot(ctx, head_dim, dtype, slot);
-  if (slot->state != 2 || fcl_plan_forward_shape(&ctx->caps, head_dim, kernel_max_wg, slot->tr, slot->tc, slot->rm,
-                                                  slot->rn, slot->pad, slot->kt, out) != 0)
+int fcl_plan_forward_tuned(fcl_context *ctx, const fcl_problem *p, const size_t *kernel_wg, fcl_tile_plan *out) {
+  const int head_dim = (int)p->d;
+  fcl_tuned_slot *slot = slot_of(ctx, head_dim, p->dtype);
+  if (!slot || ctx->caps.forward_shape[0] || p->block_table) return -1; /* FLASHCL_FORWARD_SHAPE wins */
+  if (slot->state == 0) load_slot(ctx, head_dim, p->dtype, slot);
+  if (slot->state != 2 ||
+      fcl_plan_forward_shape(&ctx->caps, head_dim, kernel_wg ? kernel_wg[0] : 0, slot->tr, slot->tc, slot->rm,
+                             slot->rn, slot->pad, slot->kt, out) != 0 ||
+      fcl_forward_block_rows(p) < out->br) /* few rows: the planner's decode shape */
     return -1;
+  out->pack = fcl_forward_packs(p);
   snprintf(out->reason, sizeof out->reason,
            "tuned on this device (fcl_tune_forward): %dx%d work-items, each %d rows x %d keys, %d output columns%s",
            out->tr, out->tc, out->rm, out->rn, out->dn, out->kt ? ", K tile transposed" : "");

@@ -6,6 +6,7 @@
 #include "backward_check.h"
 #include "forward_check.h"
 #include "internal.h"
+#include "test_problem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -54,20 +55,20 @@ static void test_bounds(void) {
   for (int c = 0; c < 2; ++c)
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
       const fcl_device_caps *caps = c ? &cpu : &gpu;
-      fcl_tile_plan f, kv, dq;
-      if (fcl_plan_forward(caps, dims[i], FCL_DTYPE_F32, 0, &f) || fcl_plan_backward(caps, FCL_BWD_DKDV, dims[i], FCL_DTYPE_F32, 0, &kv) ||
-          fcl_plan_backward(caps, FCL_BWD_DQ, dims[i], FCL_DTYPE_F32, 0, &dq)) {
+      fcl_tile_plan f, b[2];
+      const fcl_problem p = test_problem(dims[i], FCL_DTYPE_F32, 4096, 0);
+      if (fcl_plan_forward(caps, &p, 0, NULL, &f) || fcl_plan_backward(caps, &p, 0, NULL, b)) {
         check(0, "%s d=%d: no plan", c ? "cpu" : "gpu", dims[i]);
         continue;
       }
-      for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; ++b) {
+      for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; ++k) {
         char what[96];
         snprintf(what, sizeof what, "%s d=%d forward (%dx%d tiles)", c ? "cpu" : "gpu", dims[i], f.br, f.bc);
-        check_max_tiles(what, &f, -1, 1, budgets[b]);
+        check_max_tiles(what, &f, -1, 1, budgets[k]);
         snprintf(what, sizeof what, "%s d=%d dK/dV, group 4", c ? "cpu" : "gpu", dims[i]);
-        check_max_tiles(what, &kv, FCL_BWD_DKDV, 4, budgets[b]);
+        check_max_tiles(what, &b[FCL_BWD_DKDV], FCL_BWD_DKDV, 4, budgets[k]);
         snprintf(what, sizeof what, "%s d=%d dQ", c ? "cpu" : "gpu", dims[i]);
-        check_max_tiles(what, &dq, FCL_BWD_DQ, 1, budgets[b]);
+        check_max_tiles(what, &b[FCL_BWD_DQ], FCL_BWD_DQ, 1, budgets[k]);
       }
       /* Every pass of the key loop costs at least its own loads and the P.V product. */
       check(fcl_forward_loop_iterations(&f, 2) - fcl_forward_loop_iterations(&f, 1) >=

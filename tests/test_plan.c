@@ -1,16 +1,23 @@
 /* The planner over made-up devices: every plan it returns fits local memory and the work-group limits,
  * its shape is self-consistent, and every head_dim 1..256 gets a plan on each device. */
-#include "internal.h"
+#include "test_problem.h"
 #include "test_util.h"
 
 #include <string.h>
 
 static int consistent(const fcl_tile_plan *p, const fcl_device_caps *caps) {
-  return p->kernel == FCL_KERNEL_PORTABLE && p->wg == p->tr * p->tc && p->br == p->tr * p->rm &&
+  return p->variant == FCL_VARIANT_PORTABLE_FORWARD && p->wg == p->tr * p->tc && p->br == p->tr * p->rm &&
          p->bc == p->tc * p->rn && p->dp == p->tc * p->dn && p->dp >= p->head_dim &&
          p->dp < p->head_dim + (p->tc > 4 ? p->tc : 4) && p->dp % 4 == 0 && p->bc % 4 == 0 && p->ds % 4 == 0 &&
          p->ds >= p->dp && p->local_bytes == fcl_forward_local_bytes(p) && p->local_bytes <= caps->local_mem_size &&
          (size_t)p->wg <= caps->max_work_group_size && (size_t)p->wg <= caps->max_work_item_size0 && p->wg >= 1;
+}
+
+/* The portable forward's plan for head_dim d over many query rows (the rule's shape), within kernel_wg
+   work-items (0: the device's limit). */
+static int plan(const fcl_device_caps *caps, int d, fcl_dtype dtype, size_t kernel_wg, fcl_tile_plan *out) {
+  const fcl_problem p = test_problem(d, dtype, 4096, 0);
+  return fcl_plan_forward(caps, &p, 0, &kernel_wg, out);
 }
 
 int main(void) {
@@ -33,7 +40,7 @@ int main(void) {
           caps.is_gpu = t != 1;
           caps.is_cpu = t == 1;
           fcl_tile_plan p;
-          if (fcl_plan_forward(&caps, d, dtypes[t], 0, &p) != 0) {
+          if (plan(&caps, d, dtypes[t], 0, &p) != 0) {
             fits = 0;
             bad_d = d;
             continue;
@@ -60,14 +67,14 @@ int main(void) {
   caps.local_mem_size = 48 << 10;
   caps.max_work_group_size = caps.max_work_item_size0 = 1024;
   fcl_tile_plan p;
-  int ok = fcl_plan_forward(&caps, 128, FCL_DTYPE_F16, 64, &p) == 0 && p.wg <= 64;
+  int ok = plan(&caps, 128, FCL_DTYPE_F16, 64, &p) == 0 && p.wg <= 64;
   check(ok, "kernel work-group limit 64 gives a plan of %d work-items", p.wg);
 
   /* Head dims outside 1..256 and a device without room get no plan, and say why. */
-  check(fcl_plan_forward(&caps, 0, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 0: %s", p.reason);
-  check(fcl_plan_forward(&caps, 257, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 257: %s", p.reason);
+  check(plan(&caps, 0, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 0: %s", p.reason);
+  check(plan(&caps, 257, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "head_dim 257: %s", p.reason);
   caps.local_mem_size = 512;
-  check(fcl_plan_forward(&caps, 256, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "512 B of local memory: %s",
+  check(plan(&caps, 256, FCL_DTYPE_F32, 0, &p) != 0 && strlen(p.reason) > 0, "512 B of local memory: %s",
         p.reason);
 
   /* FLASHCL_FORWARD_SHAPE (development): a shape that fits is used; one whose products overflow an int, or
@@ -76,10 +83,10 @@ int main(void) {
   caps.is_gpu = 1, caps.is_cpu = 0;
   const int good_shape[5] = {8, 16, 4, 2, 0}, huge_shape[5] = {65536, 65536, 65536, 65536, -1};
   memcpy(caps.forward_shape, good_shape, sizeof good_shape);
-  ok = fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) && p.tr == 8 && p.tc == 16;
+  ok = plan(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) && p.tr == 8 && p.tc == 16;
   check(ok, "FLASHCL_FORWARD_SHAPE=8,16,4,2,0 is planned as given: %s", p.reason);
   memcpy(caps.forward_shape, huge_shape, sizeof huge_shape);
-  ok = fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) &&
+  ok = plan(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) &&
        !strstr(p.reason, "FLASHCL_FORWARD_SHAPE");
   check(ok, "FLASHCL_FORWARD_SHAPE=65536,65536,65536,65536 falls back to the default plan: %dx%d work-items, %s",
         p.tr, p.tc, p.reason);
@@ -104,10 +111,10 @@ int main(void) {
 
   /* A 48 KiB GPU at head_dim 64 and 128 gets the large tiles the kernel is fast with. */
   caps.local_mem_size = 48 << 10;
-  fcl_plan_forward(&caps, 128, FCL_DTYPE_F32, 0, &p);
+  plan(&caps, 128, FCL_DTYPE_F32, 0, &p);
   check(p.br >= 32 && p.bc >= 32, "48 KiB, head_dim 128: %dx%d tiles, %d work-items, %zu B", p.br, p.bc, p.wg,
         p.local_bytes);
-  fcl_plan_forward(&caps, 64, FCL_DTYPE_F32, 0, &p);
+  plan(&caps, 64, FCL_DTYPE_F32, 0, &p);
   check(p.br >= 32 && p.bc >= 32, "48 KiB, head_dim 64: %dx%d tiles, %d work-items, %zu B", p.br, p.bc, p.wg,
         p.local_bytes);
   return test_summary("test_plan");

@@ -11,6 +11,7 @@
  */
 #include "forward_check.h"
 #include "internal.h"
+#include "test_problem.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -181,9 +182,9 @@ static void real_tune(test_env *env) {
 static int pick_shapes(test_env *env, fcl_forward_shape out[2], fcl_tile_plan *def) {
   static const fcl_forward_shape pool[] = {{4, 2, 16, 32, 1, 1}, {8, 4, 8, 16, 1, 1}, {8, 16, 4, 2, 1, 0},
                                            {16, 8, 4, 4, 1, 1},  {4, 4, 8, 8, 1, 0},  {2, 2, 4, 4, 0, 0}};
-  fcl_device_caps caps = env->fcl->caps;
-  caps.forward_shape[0] = 0;
-  if (fcl_plan_forward(&caps, HD, FCL_DTYPE_F32, 0, def) != 0) return -1;
+  const fcl_device_caps caps = env->fcl->caps;
+  const fcl_problem p = test_problem(HD, FCL_DTYPE_F32, 4096, 0);
+  if (fcl_plan_forward(&caps, &p, FCL_PLAN_RULE, NULL, def) != 0) return -1;
   int n = 0;
   for (size_t i = 0; i < sizeof pool / sizeof pool[0] && n < 2; ++i) {
     const fcl_forward_shape *s = &pool[i];
@@ -194,7 +195,8 @@ static int pick_shapes(test_env *env, fcl_forward_shape out[2], fcl_tile_plan *d
     cl_kernel kernel;
     size_t wg = 0;
     pthread_mutex_lock(&env->fcl->lock);
-    const fcl_status st = fcl_forward_portable_kernel(env->fcl, &t, FCL_DTYPE_F32, "", &kernel, &wg);
+    const fcl_status st =
+        fcl_variant_kernel(env->fcl, &fcl_variants[FCL_VARIANT_PORTABLE_FORWARD], &p, &t, 0, "", &kernel, &wg);
     pthread_mutex_unlock(&env->fcl->lock);
     if (st != FCL_SUCCESS || wg < (size_t)t.wg) continue;
     out[n++] = *s;

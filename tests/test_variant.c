@@ -1,5 +1,7 @@
 /* Which forward kernel variant runs, and that the tensor-core one is right where it runs.
  *
+ * 0. The variant table (src/variants.c): each operation's entries end with its one portable variant, every
+ *    file is an embedded source, and every planner's plans name their own entry.
  * 1. The pure planner over made-up devices: the tensor-core plan applies only to NVIDIA platforms of
  *    compute capability 8.0 and up, f16/bf16, head_dim a multiple of 8 up to 256, 16-byte aligned rows,
  *    scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
@@ -12,24 +14,50 @@
  *    the variant that was reported is also the one checked. */
 #include "forward_check.h"
 #include "internal.h"
+#include "test_problem.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) {
-  fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = 2;
-  desc.num_heads = 4;
-  desc.seqlen_q = 100;
-  desc.seqlen_k = 100;
-  desc.head_dim = d;
-  desc.dtype = dtype;
-  desc.q_offset = desc.k_offset = desc.v_offset = desc.o_offset = offset;
-  fcl_problem p;
-  memset(&p, 0, sizeof p);
-  if (fcl_resolve_problem(&desc, &p) != FCL_SUCCESS) printf("     resolve failed: %s\n", fcl_last_error());
-  return p;
+static fcl_problem problem(int64_t d, fcl_dtype dtype, int64_t offset) { return test_problem(d, dtype, 100, offset); }
+
+static int embedded(const char *file) {
+  for (int i = 0; i < fcl_embedded_source_count; ++i)
+    if (strcmp(fcl_embedded_sources[i].name, file) == 0) return 1;
+  return 0;
+}
+
+static void table_cases(void) {
+  fcl_device_caps nv;
+  memset(&nv, 0, sizeof nv);
+  nv.vendor = FCL_VENDOR_NVIDIA;
+  nv.nv_cc_major = 9;
+  nv.local_mem_size = 48 << 10;
+  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
+  nv.preferred_multiple = 32;
+  nv.is_gpu = 1;
+  const fcl_problem p = problem(64, FCL_DTYPE_F16, 0);
+  for (int op = FCL_OP_FORWARD; op <= FCL_OP_BACKWARD; ++op) {
+    const fcl_variant *last = NULL;
+    int portable = 0;
+    for (int i = 0; i < FCL_VARIANT_COUNT; ++i) {
+      const fcl_variant *v = &fcl_variants[i];
+      if ((int)v->op != op) continue;
+      last = v;
+      portable += v->vendor == FCL_VENDOR_OTHER;
+      int files = v->num_files > 0;
+      for (int f = 0; f < v->num_files; ++f) files = files && embedded(v->files[f]);
+      fcl_tile_plan t[2];
+      const int planned = v->plan(&nv, &p, 0, NULL, t) == 0;
+      int own = planned;
+      for (int k = 0; k < v->num_kernels && planned; ++k) own = own && t[k].variant == i;
+      check(files && v->num_kernels == (op == FCL_OP_FORWARD ? 1 : 2) && v->defines && own,
+            "table: %s %s (%s): %d files, all embedded; %d kernels; plans head_dim 64 f16 on NVIDIA cc 9.0 as "
+            "itself", op == FCL_OP_FORWARD ? "forward" : "backward", v->name, v->title, v->num_files, v->num_kernels);
+    }
+    check(last && last->vendor == FCL_VENDOR_OTHER && portable == 1 && strcmp(last->name, "portable") == 0,
+          "table: the %s variants end with the one portable variant", op == FCL_OP_FORWARD ? "forward" : "backward");
+  }
 }
 
 static void planner_cases(void) {
@@ -44,7 +72,7 @@ static void planner_cases(void) {
   for (int d = 8; d <= 256; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, &t) == 0 && t.kernel == FCL_KERNEL_NVIDIA_MMA &&
+      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, NULL, &t) == 0 && t.variant == FCL_VARIANT_NVIDIA_FORWARD &&
                      t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 && t.bc % 16 == 0 &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
                      t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && t.local_bytes <= nv.local_mem_size;
@@ -77,19 +105,19 @@ static void planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].scale != 0) p.scale = no[i].scale;
     if (no[i].d == 136) p.d = 264; /* beyond what the descriptor admits: the planner must still decline */
-    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, &t);
-    check(r != 0 && t.kernel == FCL_KERNEL_PORTABLE && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
+    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, NULL, &t);
+    check(r != 0 && t.variant != FCL_VARIANT_NVIDIA_FORWARD && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
           t.reason);
   }
   /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
-  int r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  int r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
   check(r == 0 && t.bc < 64 && t.local_bytes <= small.local_mem_size,
         "planner: 24 KiB local memory, head_dim 128: %d-key tiles, %zu B", t.bc, t.local_bytes);
   small.local_mem_size = 8 << 10;
-  r = fcl_plan_nvidia_forward(&small, &p, 0, &t);
+  r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
@@ -111,7 +139,7 @@ static void planner_cases(void) {
     desc.batch = dec[i].b, desc.num_heads = dec[i].h, desc.num_kv_heads = dec[i].hkv;
     desc.seqlen_q = dec[i].nq, desc.seqlen_k = dec[i].nk, desc.head_dim = dec[i].d, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, &t) : -1;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, NULL, &t) : -1;
     const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
     const int64_t groups = r == 0 ? fcl_forward_row_blocks(&dp, &t) * fcl_forward_grid_heads(&dp, &t) * dp.batch : 0;
     const int64_t want_blocks = (dec[i].nq * (dec[i].pack ? dec[i].h / dec[i].hkv : 1) + dec[i].br - 1) / dec[i].br;
@@ -143,9 +171,9 @@ static void backward_planner_cases(void) {
   for (int d = 8; d <= 128; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, t) == 0;
+      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, NULL, t) == 0;
       for (int w = 0; w < 2 && ok; ++w)
-        ok = t[w].kernel == FCL_KERNEL_NVIDIA_MMA && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
+        ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
              t[w].wg == t[w].tr * 32 && (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
              (w == FCL_BWD_DKDV ? t[w].br : t[w].bc) % 16 == 0 &&
              t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w) && t[w].local_bytes + 16 <= nv.local_mem_size &&
@@ -180,28 +208,28 @@ static void backward_planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].d == 256) p.d = 256; /* resolve takes it; the planner must decline */
     if (no[i].paged) p.block_table = (cl_mem)&caps; /* only tested against NULL by the planner */
-    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, t);
-    check(r != 0 && t[0].kernel == FCL_KERNEL_PORTABLE && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
+    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, NULL, t);
+    check(r != 0 && t[0].variant != FCL_VARIANT_NVIDIA_BACKWARD && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
           no[i].what, t[0].reason);
   }
   /* Rows 16 bytes apart but with a row stride that is not a multiple of 8 elements. */
   fcl_problem odd = problem(64, FCL_DTYPE_F16, 0);
   odd.k_stride[2] = 68;
-  check(fcl_plan_nvidia_backward(&nv, &odd, 0, t) != 0 && strlen(t[0].reason) > 0,
+  check(fcl_plan_nvidia_backward(&nv, &odd, 0, NULL, t) != 0 && strlen(t[0].reason) > 0,
         "backward planner: k row stride 68 elements declines: %s", t[0].reason);
   /* 24 KiB of local memory: smaller shapes within it at head_dim 64; head_dim 128 (26 KiB at the smallest shape)
      and 4 KiB declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(64, FCL_DTYPE_BF16, 0);
-  int r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  int r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size,
         "backward planner: 24 KiB local memory, head_dim 64: dK/dV %zu B, dQ %zu B", t[0].local_bytes, t[1].local_bytes);
   p = problem(128, FCL_DTYPE_BF16, 0);
-  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 24 KiB local memory, head_dim 128 declines: %s", t[0].reason);
   small.local_mem_size = 4 << 10;
-  r = fcl_plan_nvidia_backward(&small, &p, 0, t);
+  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
 }
 
@@ -246,6 +274,7 @@ static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype 
 
 int main(void) {
   test_seed();
+  table_cases();
   planner_cases();
   backward_planner_cases();
 
