@@ -244,10 +244,14 @@ inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) 
 
 /* Paged keys: the pool block of key j (-1 when its table entry is outside the pool; the host has checked
    that every key below seqlen_k has an entry) and its row in that block. */
-inline int2 fcl_key_block(const fcl_seq *s, int j) {
-  const int e = s->block_shift >= 0 ? j >> s->block_shift : j / s->block_size, blk = s->table[e];
-  return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - e * s->block_size);
+inline int fcl_key_entry(const fcl_seq *s, int j) {
+  return s->block_shift >= 0 ? j >> s->block_shift : j / s->block_size;
 }
+/* The same from key j's table entry blk, read earlier (a kernel can issue the read well before it needs it). */
+inline int2 fcl_key_resolve(const fcl_seq *s, int j, int blk) {
+  return (int2)(blk >= 0 && blk < s->num_blocks ? blk : -1, j - fcl_key_entry(s, j) * s->block_size);
+}
+inline int2 fcl_key_block(const fcl_seq *s, int j) { return fcl_key_resolve(s, j, s->table[fcl_key_entry(s, j)]); }
 
 /* Element offset of sequence s's first query row of head h in q, o or dO (off and strides of that tensor):
    its packed rows with VARLEN_Q, batch b's otherwise. */

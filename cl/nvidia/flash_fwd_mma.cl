@@ -175,15 +175,29 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int kv_begin = keys.x, kv_end = seq.bad ? keys.x : keys.y;
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;
 #if KV == 2
-  /* Tile t's rows (key j0 on) into slot t & 1, as fcl_load_tile takes them. */
-#define PAGE_ROWS(t, j0)                                                                                     \
-  for (int r_ = lid; r_ < BC; r_ += WG) {                                                                    \
-    const int2 e_ = (j0) + r_ < nk ? fcl_key_block(&seq, (j0) + r_) : (int2)(-1, 0);                         \
-    page[(t) & 1][0][r_] = fcl_block_offset(e_, k_sb, k_sn);                                                 \
-    page[(t) & 1][1][r_] = fcl_block_offset(e_, v_sb, v_sn);                                                 \
+  /* Tile t's rows (key j0 on) into slot t & 1, as fcl_load_tile takes them, in two steps: PAGE_READ reads the
+     rows' block-table entries into registers (ent), PAGE_STORE resolves them into offsets. In the key loop the
+     read of tile j + 2's entries is issued at the top of iteration j and stored at its end, so the table read's
+     latency hides behind the tile's mma instead of stalling the warp once a tile. */
+  int ent[(BC + WG - 1) / WG];
+#define PAGE_READ(j0)                                                                                        \
+  for (int i_ = 0; i_ < (BC + WG - 1) / WG; ++i_) {                                                         \
+    const int r_ = lid + i_ * WG;                                                                            \
+    ent[i_] = r_ < BC && (j0) + r_ < nk ? seq.table[fcl_key_entry(&seq, (j0) + r_)] : -1;                    \
   }
-  PAGE_ROWS(0, kv_begin);
-  PAGE_ROWS(1, kv_begin + BC);
+#define PAGE_STORE(t, j0)                                                                                    \
+  for (int i_ = 0; i_ < (BC + WG - 1) / WG; ++i_) {                                                         \
+    const int r_ = lid + i_ * WG;                                                                            \
+    if (r_ < BC) {                                                                                           \
+      const int2 e_ = (j0) + r_ < nk ? fcl_key_resolve(&seq, (j0) + r_, ent[i_]) : (int2)(-1, 0);            \
+      page[(t) & 1][0][r_] = fcl_block_offset(e_, k_sb, k_sn);                                               \
+      page[(t) & 1][1][r_] = fcl_block_offset(e_, v_sb, v_sn);                                               \
+    }                                                                                                        \
+  }
+  PAGE_READ(kv_begin);
+  PAGE_STORE(0, kv_begin);
+  PAGE_READ(kv_begin + BC);
+  PAGE_STORE(1, kv_begin + BC);
   barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
@@ -261,6 +275,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 
   for (int j = 0; j < ntiles; ++j) {
     const int k0 = kv_begin + j * BC;
+#if KV == 2
+    if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
+#endif
     CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
     fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
@@ -403,7 +420,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
     }
 #if KV == 2
-    if (j + 2 < ntiles) PAGE_ROWS(j + 2, k0 + 2 * BC);
+    if (j + 2 < ntiles) PAGE_STORE(j + 2, k0 + 2 * BC);
 #endif
   }
 
