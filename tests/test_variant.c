@@ -153,6 +153,30 @@ static void planner_cases(void) {
           (long long)dec[i].d, t.pack ? "packed" : "not packed", t.br, splits, dec[i].splits, (long long)groups,
           t.reason);
   }
+
+  /* Key counts per sequence in a batch (seqlens_k or cu_seqlens_k): on a small grid the longest sequence's keys
+     in chunks of at most 16 tiles, as the rule's count may leave the longest sequences running alone; not for
+     one sequence, nor for a grid with 8 warps a unit or more. The index buffers are only looked at for being
+     set here (a stand-in handle, never read). */
+  static const struct {
+    int64_t b, nk;
+    int per_seq, splits;
+  } seq[] = {{64, 7996, 1, 8}, {64, 7996, 0, 1}, {16, 8000, 1, 8}, {32, 4096, 1, 4}, {8, 8192, 1, 8},
+             {1, 32768, 1, 64}, {300, 8000, 1, 1}};
+  for (size_t i = 0; i < sizeof seq / sizeof seq[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = seq[i].b, desc.num_heads = 32, desc.num_kv_heads = 8, desc.seqlen_q = 1, desc.seqlen_k = seq[i].nk;
+    desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
+    fcl_problem dp;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, NULL, &t) : -1;
+    if (seq[i].per_seq) dp.seqlens_k = (cl_mem)&desc;
+    const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
+    check(r == 0 && splits == seq[i].splits,
+          "planner: decode of %lld sequences of up to %lld keys, %s on 132 units: %d chunks (want %d)",
+          (long long)seq[i].b, (long long)seq[i].nk, seq[i].per_seq ? "key counts per sequence" : "dense", splits,
+          seq[i].splits);
+  }
 }
 
 /* The tensor-core backward's planner over the same made-up devices: f16/bf16 at head_dim 64 and 128 (and every
