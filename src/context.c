@@ -60,7 +60,9 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
     free(ctx->cache_dir);
     ctx->cache_dir = NULL;
   }
-  ctx->flags = options ? options->flags : 0;
+  /* Only the public flags: bits the header does not define are ignored, as they always were (the planners
+     take internal bits such as FCL_PLAN_RULE in the same word). */
+  ctx->flags = options ? options->flags & FCL_FLAG_PORTABLE_ONLY : 0;
   const char *portable = getenv("FLASHCL_PORTABLE_ONLY");
   if (portable && portable[0] && strcmp(portable, "0") != 0) ctx->flags |= FCL_FLAG_PORTABLE_ONLY;
   int locks = 0;

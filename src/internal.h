@@ -17,6 +17,8 @@ fcl_status fcl_fail(fcl_status status, const char *fmt, ...)
 #endif
     ;
 void fcl_clear_error(void);
+/* How many failures fcl_fail has recorded on the calling thread: tells whether a step wrote the last error. */
+unsigned long fcl_failure_count(void);
 const char *fcl_cl_error_name(cl_int code);
 
 /* Checks one OpenCL call; on failure records "<call text>: <error name> (<code>)" and returns

@@ -6,6 +6,7 @@
 
 /* Large enough for a typical build log (FCL_ERROR_BUILD returns it); longer ones are cut. */
 static _Thread_local char last_error[32768];
+static _Thread_local unsigned long failures; /* fcl_fail calls on this thread */
 
 const char *fcl_version(void) { return FLASHCL_VERSION_STRING; }
 
@@ -26,11 +27,14 @@ const char *fcl_last_error(void) { return last_error; }
 
 void fcl_clear_error(void) { last_error[0] = '\0'; }
 
+unsigned long fcl_failure_count(void) { return failures; }
+
 fcl_status fcl_fail(fcl_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
+  ++failures;
   return status;
 }
 

@@ -72,8 +72,11 @@ const fcl_variant fcl_variants[FCL_VARIANT_COUNT] = {
 static int falls_back(const fcl_variant *v) { return v->vendor != FCL_VENDOR_OTHER; }
 
 static unsigned char *failure_byte(fcl_context *ctx, const fcl_variant *v, const fcl_problem *p, unsigned *bit) {
+  const ptrdiff_t i = v - fcl_variants;
+  if (i < 0 || i >= FCL_VARIANT_COUNT || p->d < 0 || p->d > FCL_MAX_HEAD_DIM || (int)p->dtype < 0 || p->dtype > 2)
+    return NULL; /* not a table entry: nothing to remember */
   *bit = 1u << (p->d % 8);
-  return &ctx->variant_failed[v - fcl_variants][p->dtype][p->d / 8];
+  return &ctx->variant_failed[i][p->dtype][p->d / 8];
 }
 
 /* ---- building ---- */
@@ -99,34 +102,41 @@ fcl_status fcl_variant_build(fcl_context *ctx, const fcl_variant *v, const fcl_p
                              const char *mods, fcl_tile_plan *plans, cl_kernel *kernels, char *why, size_t why_size) {
   const char *op = v->op == FCL_OP_FORWARD ? "forward" : "backward";
   size_t limits[2] = {0, 0};
+  /* A vendor variant passed over (declined, or remembered as failed) is no failure of the call: it says why
+     and leaves the thread's last error alone. */
   if (plan_variant(ctx, v, p, flags, limits, plans) != 0) {
     snprintf(why, why_size, "%s", plans[0].reason);
-    return fcl_fail(FCL_ERROR_UNSUPPORTED, "no %s plan on %s: %s", op, ctx->caps.device_name, plans[0].reason);
+    return falls_back(v) ? FCL_ERROR_UNSUPPORTED
+                         : fcl_fail(FCL_ERROR_UNSUPPORTED, "no %s plan on %s: %s", op, ctx->caps.device_name,
+                                    plans[0].reason);
   }
-  unsigned bit;
-  unsigned char *failed = failure_byte(ctx, v, p, &bit);
-  if (falls_back(v) && (*failed & bit)) {
+  unsigned bit = 0;
+  unsigned char *failed = falls_back(v) ? failure_byte(ctx, v, p, &bit) : NULL;
+  if (failed && (*failed & bit)) {
     snprintf(why, why_size, "the %s kernel for this head_dim and dtype failed to build earlier", v->title);
-    return fcl_fail(FCL_ERROR_UNSUPPORTED, "%s", why);
+    return FCL_ERROR_UNSUPPORTED;
   }
   for (int which = 0; which < v->num_kernels; ++which)
     for (int attempt = 1;; ++attempt) {
       size_t wg = 0;
       const fcl_status st = fcl_variant_kernel(ctx, v, p, &plans[which], which, mods, &kernels[which], &wg);
       if (st) {
-        if (st == FCL_ERROR_BUILD && falls_back(v)) *failed |= bit;
+        if (st == FCL_ERROR_BUILD && failed) *failed |= bit;
         snprintf(why, why_size, "the %s kernel %s %s: %s", v->title, v->kernels[which],
                  st == FCL_ERROR_BUILD ? "failed to build" : "is unavailable", fcl_status_string(st));
         return st;
       }
       if ((size_t)plans[which].wg <= wg) break;
-      /* Re-plan within what the compiled kernel admits; a planner that cannot go below its plan declines. */
+      /* Re-plan within what the compiled kernel admits; a planner that cannot go below its plan declines. Only
+         this kernel's plan is taken from the new plans: the earlier kernels are built to theirs. */
       const int planned = plans[which].wg;
       limits[which] = wg;
-      if (attempt < 4 && plan_variant(ctx, v, p, flags, limits, plans) != 0) {
-        snprintf(why, why_size, "%s", plans[0].reason);
-        return fcl_fail(FCL_ERROR_UNSUPPORTED, "no %s plan on %s: %s", op, ctx->caps.device_name, plans[0].reason);
+      fcl_tile_plan again[2];
+      if (attempt < 4 && plan_variant(ctx, v, p, flags, limits, again) != 0) {
+        snprintf(why, why_size, "%s", again[0].reason);
+        return fcl_fail(FCL_ERROR_UNSUPPORTED, "no %s plan on %s: %s", op, ctx->caps.device_name, again[0].reason);
       }
+      if (attempt < 4) plans[which] = again[which];
       if (attempt == 4 || (size_t)plans[which].wg > wg) {
         snprintf(why, why_size, "the %s kernel %s admits %zu work-items, fewer than its %d", v->title, v->kernels[which],
                  wg, planned);
@@ -144,12 +154,14 @@ fcl_status fcl_select_variant(fcl_context *ctx, fcl_operation op, const fcl_prob
   for (const fcl_variant *v = fcl_variants; v < fcl_variants + FCL_VARIANT_COUNT; ++v) {
     if (v->op != op) continue;
     char reason[sizeof plans[0].reason];
+    const unsigned long failures = fcl_failure_count();
     const fcl_status st = fcl_variant_build(ctx, v, p, ctx->flags, mods, plans, kernels, reason, sizeof reason);
     if (st == FCL_SUCCESS || !falls_back(v)) {
       *chosen = v;
       return st;
     }
-    fcl_clear_error();
+    /* A vendor kernel that failed (its build log is in the last error) is no failure of the call either. */
+    if (fcl_failure_count() != failures) fcl_clear_error();
     /* Said (by fcl_describe_plan) where the variant exists for the platform, or was turned off. */
     if (v->vendor == ctx->caps.vendor || (ctx->flags & FCL_FLAG_PORTABLE_ONLY)) snprintf(why, why_size, "%s", reason);
   }

@@ -193,6 +193,39 @@ int main(void) {
                                         NULL);
   check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "desc"), "desc NULL -> %s: \"%s\"",
         fcl_status_string(st), fcl_last_error());
+  /* The last error is the last failure's: a call that succeeds, with kernel variants passed over on the way
+     (the tensor-core ones on any other platform), leaves it. */
+  {
+    char before[256];
+    snprintf(before, sizeof before, "%s", fcl_last_error());
+    reset_desc();
+    fcl_plan_info info;
+    st = fcl_describe_plan(e->fcl, FCL_OP_FORWARD, &fx.desc, &info);
+    fcl_status st2 = fcl_describe_plan(e->fcl, FCL_OP_BACKWARD, &fx.desc, &info);
+    check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && strcmp(fcl_last_error(), before) == 0,
+          "a successful fcl_describe_plan keeps the last error: %s %s, \"%s\" (was \"%s\")", fcl_status_string(st),
+          fcl_status_string(st2), fcl_last_error(), before);
+  }
+  /* Flag bits the header does not define are ignored: a context made with one plans as one made without. */
+  {
+    fcl_context *stray = NULL;
+    fcl_context_options opts = {"", NULL, 1u << 30};
+    reset_desc();
+    fx.desc.seqlen_q = 1; /* a decode shape: the planner's own rows, packing and splits */
+    fcl_plan_info a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    st = fcl_context_create(e->context, e->device, &opts, &stray);
+    fcl_status st2 = st ? st : fcl_describe_plan(stray, FCL_OP_FORWARD, &fx.desc, &a);
+    fcl_status st3 = fcl_describe_plan(e->fcl, FCL_OP_FORWARD, &fx.desc, &b);
+    check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && st3 == FCL_SUCCESS && a.block_q == b.block_q &&
+              a.block_k == b.block_k && a.work_group_size == b.work_group_size && a.splits == b.splits &&
+              strcmp(a.kernel, b.kernel) == 0,
+          "flags bit 30 (not defined) is ignored: %d x %d rows/keys, %d splits (without it %d x %d, %d splits)",
+          a.block_q, a.block_k, a.splits, b.block_q, b.block_k, b.splits);
+    fcl_context_release(stray);
+    reset_desc();
+  }
 
   /* Objects of another cl_context. */
   cl_int err;
