@@ -57,11 +57,12 @@ fcl_status fcl_describe_backward(fcl_context *ctx, const fcl_problem *p, fcl_pla
     if (snprintf(out->reason, sizeof out->reason, "%s; %s", kv->reason, qp->reason) >= (int)sizeof out->reason)
       out->reason[sizeof out->reason - 1] = '\0';
   } else {
+    /* Short, so that the reason a vendor variant was passed over (last) fits. */
     if (snprintf(out->reason, sizeof out->reason,
-             "dK/dV: %d key rows x %d query rows per step, %dx%d work-items, %zu B; dQ: %d query rows x %d key rows "
-             "per step, %dx%d work-items, %zu B; within %llu B of local memory%s%s",
+             "dK/dV %d keys x %d query rows a step, %dx%d work-items, %zu B; dQ %d query rows x %d keys a step, "
+             "%dx%d work-items, %zu B%s%s",
              kv->bc, kv->br, kv->tr, kv->tc, kv->local_bytes, qp->br, qp->bc, qp->tr, qp->tc, qp->local_bytes,
-             (unsigned long long)ctx->caps.local_mem_size, kv->reason[0] ? "; " : "", kv->reason) >= (int)sizeof out->reason)
+             kv->reason[0] ? "; " : "", kv->reason) >= (int)sizeof out->reason)
       out->reason[sizeof out->reason - 1] = '\0'; /* cut to fit: the decline reason is the part that is cut */
   }
   out->block_q = qp->br;

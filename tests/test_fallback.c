@@ -1,0 +1,175 @@
+/* A vendor kernel variant that does not build falls back to the portable one: the device is made to look like
+ * an NVIDIA GPU of compute capability 9.0 (so the tensor-core forward and backward planners accept f16 at
+ * head_dim 64) while FLASHCL_KERNEL_DIR serves sources in which the tensor-core kernels do not compile. Then:
+ * the portable variant runs, with results bitwise equal to a context that never tried the vendor variant; the
+ * reason says why; the failure is remembered (the next call neither builds the vendor kernel again nor writes
+ * the last error); and the failed build's log does not linger as the thread's last error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  const int ok = fputs(text, f) >= 0;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Every embedded source into dir (and dir/nvidia), the tensor-core kernels replaced by text that does not
+   compile. Returns 0 on success. */
+static int write_sources(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/nvidia", dir);
+  if (mkdir(path, 0700) != 0) return -1;
+  for (int i = 0; i < fcl_embedded_source_count; ++i) {
+    const char *name = fcl_embedded_sources[i].name;
+    const int broken = strcmp(name, "nvidia/flash_fwd_mma.cl") == 0 || strcmp(name, "nvidia/flash_bwd_mma.cl") == 0;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (write_text(path, broken ? "this is not OpenCL C;\n" : fcl_embedded_sources[i].text)) return -1;
+  }
+  return 0;
+}
+
+static void remove_sources(const char *dir) {
+  char path[512];
+  for (int i = 0; i < fcl_embedded_source_count; ++i) {
+    snprintf(path, sizeof path, "%s/%s", dir, fcl_embedded_sources[i].name);
+    remove(path);
+  }
+  snprintf(path, sizeof path, "%s/nvidia", dir);
+  rmdir(path);
+  rmdir(dir);
+}
+
+static uint64_t source_builds(fcl_context *ctx) {
+  fcl_cache_stats s;
+  return fcl_context_cache_stats(ctx, &s) == FCL_SUCCESS ? s.source_builds : 0;
+}
+
+static int same_bits(test_env *env, cl_mem a, cl_mem b, size_t bytes) {
+  unsigned char *x = malloc(bytes), *y = malloc(bytes);
+  int same = x && y && clEnqueueReadBuffer(env->queue, a, CL_TRUE, 0, bytes, x, 0, NULL, NULL) == CL_SUCCESS &&
+             clEnqueueReadBuffer(env->queue, b, CL_TRUE, 0, bytes, y, 0, NULL, NULL) == CL_SUCCESS &&
+             memcmp(x, y, bytes) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+/* What the faked context describes for one operation: on the first call (which tries the vendor kernel) and
+   on the next. */
+static void check_operation(fcl_context *faked, fcl_operation op, const fcl_attention_desc *desc,
+                            const char *name) {
+  fcl_plan_info info;
+  fcl_describe_plan(NULL, op, desc, &info); /* a failure whose message must survive what follows */
+  char before[256];
+  snprintf(before, sizeof before, "%s", fcl_last_error());
+
+  const uint64_t builds0 = source_builds(faked);
+  fcl_status st = fcl_describe_plan(faked, op, desc, &info);
+  check(st == FCL_SUCCESS && strcmp(info.kernel, "portable") == 0 && strstr(info.reason, "failed to build") &&
+            strstr(info.reason, "portable only") == NULL,
+        "%s: a tensor-core kernel that does not build falls back to the portable one: %s %s, \"%s\"", name,
+        fcl_status_string(st), info.kernel, info.reason);
+  check(fcl_last_error()[0] == '\0' || strcmp(fcl_last_error(), before) == 0,
+        "%s: the failed build's log is not left as the last error: \"%.120s\"", name, fcl_last_error());
+
+  fcl_describe_plan(NULL, op, desc, &info);
+  const uint64_t builds1 = source_builds(faked);
+  st = fcl_describe_plan(faked, op, desc, &info);
+  check(st == FCL_SUCCESS && strcmp(info.kernel, "portable") == 0 && strstr(info.reason, "failed to build earlier"),
+        "%s: the failure is remembered: %s %s, \"%s\"", name, fcl_status_string(st), info.kernel, info.reason);
+  check(source_builds(faked) == builds1 && builds1 > builds0,
+        "%s: the second call builds nothing (%llu programs built by the first, %llu by the second)", name,
+        (unsigned long long)(builds1 - builds0), (unsigned long long)(source_builds(faked) - builds1));
+  check(strcmp(fcl_last_error(), before) == 0, "%s: passing over the remembered failure keeps the last error: \"%s\"",
+        name, fcl_last_error());
+}
+
+int main(void) {
+  test_seed();
+  test_env env;
+  if (test_open(&env, NULL)) return 1;
+
+  char dir[] = "/tmp/flashcl-fallback-XXXXXX";
+  if (!mkdtemp(dir) || write_sources(dir)) {
+    check(0, "writing the kernel sources to a temporary directory");
+    return test_summary("test_fallback");
+  }
+  setenv("FLASHCL_KERNEL_DIR", dir, 1);
+  fcl_context *faked = NULL;
+  fcl_context_options opts = {"", "", 0}; /* no disk cache: the broken sources must be built, not loaded */
+  fcl_status st = fcl_context_create(env.context, env.device, &opts, &faked);
+  unsetenv("FLASHCL_KERNEL_DIR");
+  check(st == FCL_SUCCESS, "context with the broken tensor-core sources: %s", fcl_status_string(st));
+  if (st) {
+    remove_sources(dir);
+    return test_summary("test_fallback");
+  }
+  faked->caps.vendor = FCL_VENDOR_NVIDIA;
+  faked->caps.nv_cc_major = 9, faked->caps.nv_cc_minor = 0;
+
+  const long long B = 1, H = 2, N = 70, D = 64;
+  test_tensor q, k, v, o1, o2, dout, dq1, dk1, dv1, dq2, dk2, dv2;
+  test_tensor *all[12] = {&q, &k, &v, &o1, &o2, &dout, &dq1, &dk1, &dv1, &dq2, &dk2, &dv2};
+  for (int i = 0; i < 12; ++i) memset(all[i], 0, sizeof *all[i]);
+  int bad = tensor_create(&env, &q, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 1) ||
+            tensor_create(&env, &k, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 1) ||
+            tensor_create(&env, &v, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 1) ||
+            tensor_create(&env, &dout, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 1) ||
+            tensor_create(&env, &o1, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 0) ||
+            tensor_create(&env, &o2, B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 0);
+  test_tensor *grads[6] = {&dq1, &dk1, &dv1, &dq2, &dk2, &dv2};
+  for (int i = 0; i < 6 && !bad; ++i) bad = tensor_create(&env, grads[i], B, H, N, D, LAYOUT_BHND, FCL_DTYPE_F16, 0);
+  cl_mem lse1 = create_float_buffer(&env, (size_t)(B * H * N), NAN), lse2 = create_float_buffer(&env, (size_t)(B * H * N), NAN);
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = B, desc.num_heads = H, desc.num_kv_heads = H, desc.seqlen_q = N, desc.seqlen_k = N, desc.head_dim = D;
+  desc.dtype = FCL_DTYPE_F16, desc.causal = 1;
+  tensor_to_desc(&q, desc.q_stride, &desc.q_offset);
+  tensor_to_desc(&k, desc.k_stride, &desc.k_offset);
+  tensor_to_desc(&v, desc.v_stride, &desc.v_offset);
+  tensor_to_desc(&o1, desc.o_stride, &desc.o_offset);
+  if (bad || !lse1 || !lse2) {
+    check(0, "creating the tensors");
+  } else {
+    check_operation(faked, FCL_OP_FORWARD, &desc, "forward");
+    check_operation(faked, FCL_OP_BACKWARD, &desc, "backward");
+
+    /* The portable kernels run, and give what a context that never tried the tensor-core ones gives. */
+    st = fcl_attention_forward(faked, env.queue, &desc, q.buf, k.buf, v.buf, o1.buf, lse1, 0, NULL, NULL);
+    fcl_status st2 = fcl_attention_forward(env.fcl, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, 0, NULL, NULL);
+    clFinish(env.queue);
+    check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && same_bits(&env, o1.buf, o2.buf, o1.elems * 2) &&
+              same_bits(&env, lse1, lse2, (size_t)(B * H * N) * sizeof(float)),
+          "forward after the fallback: bitwise the plain context's O and lse (%s, %s)", fcl_status_string(st),
+          fcl_status_string(st2));
+    size_t ws = fcl_attention_backward_workspace_size(env.fcl, &desc);
+    cl_int err;
+    cl_mem work = clCreateBuffer(env.context, CL_MEM_READ_WRITE, ws ? ws : 4, NULL, &err);
+    st = fcl_attention_backward(faked, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, dout.buf, dq1.buf, dk1.buf,
+                                dv1.buf, work, 0, NULL, NULL);
+    st2 = fcl_attention_backward(env.fcl, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, dout.buf, dq2.buf,
+                                 dk2.buf, dv2.buf, work, 0, NULL, NULL);
+    clFinish(env.queue);
+    check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && same_bits(&env, dq1.buf, dq2.buf, dq1.elems * 2) &&
+              same_bits(&env, dk1.buf, dk2.buf, dk1.elems * 2) && same_bits(&env, dv1.buf, dv2.buf, dv1.elems * 2),
+          "backward after the fallback: bitwise the plain context's dQ, dK, dV (%s, %s: %s)", fcl_status_string(st),
+          fcl_status_string(st2), fcl_last_error());
+    if (work) clReleaseMemObject(work);
+  }
+  for (int i = 0; i < 12; ++i) tensor_release(all[i]);
+  if (lse1) clReleaseMemObject(lse1);
+  if (lse2) clReleaseMemObject(lse2);
+  fcl_context_release(faked);
+  remove_sources(dir);
+  const int rc = test_summary("test_fallback");
+  test_close(&env);
+  return rc;
+}
