@@ -90,7 +90,8 @@ static const struct {
 } item_blocks[] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
 
 /* The rule's plan for head_dim (tiles hold float whatever the storage type), or FLASHCL_FORWARD_SHAPE's. */
-static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
+static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int head_dim, size_t kernel_max_wg,
+                     fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
   out->variant = FCL_VARIANT_PORTABLE_FORWARD;
   out->head_dim = head_dim;
@@ -99,7 +100,7 @@ static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_ma
     return -1;
   }
   const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
-  const int *fs = caps->forward_shape;
+  const int *fs = ov->forward_shape;
   if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, fs[4], out) == 0) {
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
     return 0;
@@ -152,13 +153,14 @@ int64_t fcl_forward_grid_heads(const fcl_problem *p, const fcl_tile_plan *t) { r
    a tile empty and every head of a group would read the same keys again. */
 int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->group <= 64; }
 
-int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
+int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                    const fcl_tile_plan *t) {
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double cus = caps->compute_units ? caps->compute_units : 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
-  if (caps->forward_splits) return caps->forward_splits;
+  if (ov->forward_splits) return ov->forward_splits;
   if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
        loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
@@ -206,9 +208,10 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
 int64_t fcl_forward_block_rows(const fcl_problem *p) { return p->nq * (fcl_forward_packs(p) ? p->group : 1); }
 
 /* The rule's plan, or for fewer rows than its block one just large enough. */
-static int rows_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int64_t rows, fcl_tile_plan *out) {
-  if (rule_plan(caps, head_dim, kernel_max_wg, out) != 0) return -1;
-  if (rows >= out->br || caps->forward_shape[0]) return 0;
+static int rows_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int head_dim, size_t kernel_max_wg,
+                     int64_t rows, fcl_tile_plan *out) {
+  if (rule_plan(caps, ov, head_dim, kernel_max_wg, out) != 0) return -1;
+  if (rows >= out->br || ov->forward_shape[0]) return 0;
   /* Few query rows (decode): the same keys per tile and work-items per row, with as few rows per block as
      cover them, so that no work-item computes padding rows; whole warps where the device has them. */
   const fcl_tile_plan rule = *out;
@@ -231,18 +234,16 @@ static int rows_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_ma
   return 0;
 }
 
-int fcl_plan_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                     fcl_tile_plan *out) {
+int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p, unsigned flags,
+                     const size_t *kernel_wg, fcl_tile_plan *out) {
   const size_t kernel_max_wg = kernel_wg ? kernel_wg[0] : 0;
+  static const fcl_plan_overrides none;
+  if (flags & FCL_PLAN_RULE) return rule_plan(caps, &none, (int)p->d, kernel_max_wg, out);
   fcl_device_caps c = *caps;
-  if (flags & FCL_PLAN_RULE) {
-    c.forward_shape[0] = 0;
-    return rule_plan(&c, (int)p->d, kernel_max_wg, out);
-  }
   /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
      the tiles in what remains (2 KiB covers the largest tile). */
   if (p->block_table) c.local_mem_size = c.local_mem_size > 4096 ? c.local_mem_size - 2048 : c.local_mem_size / 2;
-  if (rows_plan(&c, (int)p->d, kernel_max_wg, fcl_forward_block_rows(p), out) != 0) return -1;
+  if (rows_plan(&c, ov, (int)p->d, kernel_max_wg, fcl_forward_block_rows(p), out) != 0) return -1;
   out->pack = fcl_forward_packs(p);
   return 0;
 }

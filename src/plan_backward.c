@@ -110,9 +110,9 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
   return -1;
 }
 
-int fcl_plan_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                      fcl_tile_plan out[2]) {
-  (void)flags; /* the portable kernels apply everywhere */
+int fcl_plan_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p, unsigned flags,
+                      const size_t *kernel_wg, fcl_tile_plan out[2]) {
+  (void)ov, (void)flags; /* no override of the backward; the portable kernels apply everywhere */
   for (int which = FCL_BWD_DKDV; which <= FCL_BWD_DQ; ++which)
     if (plan_kernel(caps, which, (int)p->d, kernel_wg ? kernel_wg[which] : 0, &out[which]) != 0) {
       if (which != 0) memcpy(out[0].reason, out[which].reason, sizeof out[0].reason);

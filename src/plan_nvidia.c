@@ -65,8 +65,8 @@ static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   return &forward_defaults[n - 1].shape;
 }
 
-int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                            fcl_tile_plan *out) {
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                            unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out) {
   (void)kernel_wg;
   memset(out, 0, sizeof *out);
   out->variant = -1;
@@ -127,7 +127,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   /* One K tile: a second one (kdb, K(j+1) loading during a whole iteration) measured 1-5% slower on the
      H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
   t.kdb = 0;
-  t.splits = fcl_plan_splits(caps, p, &t);
+  t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local",
@@ -184,9 +184,9 @@ static const nvidia_backward_default *backward_default(const fcl_problem *p) {
   return &backward_defaults[n - 1];
 }
 
-int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                             fcl_tile_plan out[2]) {
-  (void)kernel_wg;
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                             unsigned flags, const size_t *kernel_wg, fcl_tile_plan out[2]) {
+  (void)ov, (void)kernel_wg;
   memset(out, 0, 2 * sizeof *out);
   out[0].variant = out[1].variant = -1;
   out[0].head_dim = out[1].head_dim = (int)p->d;
