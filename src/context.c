@@ -54,6 +54,7 @@ fcl_status fcl_context_create(cl_context context, cl_device_id device, const fcl
     free(ctx);
     return st;
   }
+  fcl_read_plan_overrides(&ctx->overrides);
   ctx->build_options = strdup(options && options->build_options ? options->build_options : "");
   ctx->cache_dir = resolve_cache_dir(options);
   if (ctx->cache_dir && fcl_cache_dir_check(ctx->cache_dir, ctx->cache_refused, sizeof ctx->cache_refused) != 0) {

@@ -1,7 +1,6 @@
 /* Capability probe: the device facts the planner and the kernel choice depend on. */
 #include "internal.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,31 +29,6 @@ static fcl_status platform_string(cl_platform_id platform, cl_platform_info what
   FCL_CL_CHECK(clGetPlatformInfo(platform, what, size, out, NULL));
   out[size - 1] = '\0';
   return FCL_SUCCESS;
-}
-
-/* Largest work-items per dimension and rows or keys per work-item an override may ask for: far above any
-   device's limits, far below where tr * rm or tr * tc could overflow an int. */
-#define FCL_SHAPE_MAX_ITEMS 4096
-#define FCL_SHAPE_MAX_PER_ITEM 256
-
-int fcl_parse_forward_shape(const char *text, int shape[5]) {
-  static const long lo[5] = {1, 1, 1, 1, -1}, hi[5] = {FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM,
-                                                       FCL_SHAPE_MAX_PER_ITEM, 1};
-  int v[5] = {0, 0, 0, 0, -1}, n = 0;
-  const char *p = text;
-  for (;;) {
-    char *end;
-    errno = 0;
-    const long x = strtol(p, &end, 10);
-    if (end == p || errno != 0 || n == 5 || x < lo[n] || x > hi[n]) return -1;
-    v[n++] = (int)x;
-    p = end;
-    if (*p == '\0') break;
-    if (*p++ != ',') return -1;
-  }
-  if (n < 4) return -1;
-  memcpy(shape, v, sizeof v);
-  return 0;
 }
 
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
@@ -115,21 +89,15 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   else
     caps->vendor = FCL_VENDOR_OTHER;
 
-  /* Development overrides: plan as if the device had less local memory or smaller work-groups, to
-     exercise small-device tilings on any machine. */
+  /* Development switches that emulate a smaller device, so they adjust the capabilities themselves: plan as if
+     the device had less local memory or smaller work-groups, to exercise small-device tilings on any machine.
+     Overrides of the plans themselves are not the device's: overrides.c. */
   const char *lim = getenv("FLASHCL_LOCAL_MEM_LIMIT");
   if (lim && *lim && strtoull(lim, NULL, 10) > 0 && strtoull(lim, NULL, 10) < caps->local_mem_size)
     caps->local_mem_size = strtoull(lim, NULL, 10);
   const char *wgl = getenv("FLASHCL_MAX_WORK_GROUP_SIZE");
   if (wgl && *wgl && strtoull(wgl, NULL, 10) > 0 && strtoull(wgl, NULL, 10) < caps->max_work_group_size)
     caps->max_work_group_size = (size_t)strtoull(wgl, NULL, 10);
-
-  /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
-  const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
-  if (!shape || fcl_parse_forward_shape(shape, caps->forward_shape) != 0) caps->forward_shape[0] = 0;
-  /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
-  const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
-  if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) caps->forward_splits = atoi(splits);
 
   /* Warp or wavefront width where the vendor reports it; else 32 for GPUs (NVIDIA, AMD RDNA in wave32),
      16 for Intel GPUs, 8 for CPUs (one AVX-256 vector of floats). */

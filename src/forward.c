@@ -26,7 +26,7 @@ fcl_status fcl_select_forward(fcl_context *ctx, const fcl_problem *p, fcl_tile_p
   /* The portable kernel: its reason says why the vendor kernel was not taken where one exists for the
      platform, and its split count is decided on the plan its compiled kernel admits. */
   if (why[0]) snprintf(plan->reason + strlen(plan->reason), sizeof plan->reason - strlen(plan->reason), "; %s", why);
-  plan->splits = fcl_plan_splits(&ctx->caps, p, plan);
+  plan->splits = fcl_plan_splits(&ctx->caps, &ctx->overrides, p, plan);
   /* A device with a loop budget (docs/testing.md) gets enough chunks that no launch exceeds it. */
   const int budget_splits = fcl_forward_budget_splits(&ctx->caps, p, plan);
   if (plan->splits < budget_splits) plan->splits = budget_splits;

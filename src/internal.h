@@ -48,11 +48,6 @@ typedef struct fcl_device_caps {
   size_t preferred_multiple; /* preferred work-group size multiple (warp / wavefront / SIMD width) */
   int has_fp16, has_fp64, has_subgroups;
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
-  /* Development overrides of the forward's plan: FLASHCL_FORWARD_SHAPE, the portable kernel's shape, used when
-     it fits: tr, tc, rm, rn (tr 0: none) and kt (-1: by device type); FLASHCL_FORWARD_SPLITS, the split-KV count
-     of every forward (0: the planner's). */
-  int forward_shape[5];
-  int forward_splits;
   /* loop_budget.c: measured driver quirks (fcl_device_quirks in flashcl.h). loop_budget: iterations one
      work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
   unsigned long long loop_budget;
@@ -61,7 +56,22 @@ typedef struct fcl_device_caps {
   char quirk_detail[192];
 } fcl_device_caps;
 
+/* The device's capabilities; FLASHCL_LOCAL_MEM_LIMIT and FLASHCL_MAX_WORK_GROUP_SIZE lower them (a smaller
+   device, emulated). */
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps);
+
+/* ---- overrides.c: development overrides of the plans, apart from the device ---- */
+
+/* What a developer forces on the planners (tuning, tests), read once per context; every planner takes it beside
+   the capabilities. Zero: none. */
+typedef struct fcl_plan_overrides {
+  /* FLASHCL_FORWARD_SHAPE: the portable forward's shape, used when it fits: tr, tc, rm, rn (tr 0: none) and kt
+     (-1: by device type). */
+  int forward_shape[5];
+  int forward_splits; /* FLASHCL_FORWARD_SPLITS: the split-KV count of every forward (0: the planner's) */
+} fcl_plan_overrides;
+
+void fcl_read_plan_overrides(fcl_plan_overrides *out);
 /* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
    five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
 int fcl_parse_forward_shape(const char *text, int shape[5]);
@@ -116,10 +126,12 @@ typedef struct fcl_tile_plan {
   char reason[256];
 } fcl_tile_plan;
 
-/* Every planner has one signature (fcl_planner, variants.c): the device's capabilities, the resolved problem,
-   flags (the context's FCL_FLAG_*, and FCL_PLAN_RULE) and kernel_wg, per kernel of the variant the work-items
-   its built kernel admits (NULL, or 0 for a kernel: the device's limits alone). It returns 0 and a plan per
-   kernel of the variant (out[0], and out[1] for the backward's dQ), or -1 with out[0].reason saying why not. */
+/* Every planner has one signature (fcl_planner, variants.c): the device's capabilities, the development
+   overrides (fcl_plan_overrides), the resolved problem, flags (the context's FCL_FLAG_*, and FCL_PLAN_RULE) and
+   kernel_wg, per kernel of the variant the work-items its built kernel admits (NULL, or 0 for a kernel: the
+   device's limits alone). It returns 0 and a plan per kernel of the variant (out[0], and out[1] for the
+   backward's dQ), or -1 with out[0].reason saying why not. Each planner's defaults per device class are const
+   tables beside it. */
 struct fcl_problem;
 
 /* A planner bit beside the public FCL_FLAG_*: the portable forward's rule for the problem's head_dim alone (no
@@ -135,17 +147,18 @@ size_t fcl_forward_local_bytes(const fcl_tile_plan *p);
    type; for a problem of fewer query rows (or packed GQA rows) than the rule's block, blocks just large enough
    (decode); paged keys plan within the local memory their block indices leave. Never declines a head_dim in
    1..FCL_MAX_HEAD_DIM on a device with room for one work-item's tile. */
-int fcl_plan_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                     fcl_tile_plan *out);
+int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
+                     unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out);
 
 /* The most chunks split-KV cuts a block's keys into. */
 #define FCL_MAX_SPLITS 128
 /* Split-KV: how many chunks to cut each row block's keys into when p's work-groups under plan t cannot
-   fill the device (caps->forward_splits instead when set). The portable kernel: the smallest count whose wave
+   fill the device (ov->forward_splits instead when set). The portable kernel: the smallest count whose wave
    efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
    a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
    warps a compute unit, chunks of at least four tiles (plan.c says why). */
-int fcl_plan_splits(const fcl_device_caps *caps, const struct fcl_problem *p, const fcl_tile_plan *t);
+int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
+                    const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's
    heads (the kv heads when t packs a GQA group into each work-group, else the query heads). */
 int64_t fcl_forward_row_blocks(const struct fcl_problem *p, const fcl_tile_plan *t);
@@ -169,14 +182,14 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged);
 /* The tensor-core forward's planner: its plan (splits included) when it applies to p on this device under
    flags, else -1 with out->reason saying why. kernel_wg is not used: a kernel that admits fewer work-items than
    planned is declined. */
-int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
-                            const size_t *kernel_wg, fcl_tile_plan *out);
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
+                            unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out);
 /* The NVIDIA tensor-core backward: local memory of plan p of kernel `which` (FCL_BWD_DKDV: tr warps of 16
    owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned query rows, bc keys a tile), and
    the planner of both kernels (out[2]); kernel_wg is not used, as for the forward. */
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which);
-int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
-                             const size_t *kernel_wg, fcl_tile_plan out[2]);
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
+                             unsigned flags, const size_t *kernel_wg, fcl_tile_plan out[2]);
 
 /* ---- program.c: kernels built from embedded source with -D defines, kept per context ---- */
 
@@ -205,8 +218,8 @@ void fcl_release_programs(fcl_context *ctx);
 /* ---- variants.c: the table of kernel variants ---- */
 
 /* The planner every variant has (plan.c, plan_backward.c, plan_nvidia.c describe its arguments). */
-typedef int fcl_planner(const fcl_device_caps *caps, const struct fcl_problem *p, unsigned flags,
-                        const size_t *kernel_wg, fcl_tile_plan *out);
+typedef int fcl_planner(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
+                        unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out);
 
 /* One kernel variant of an operation. Adding one (an AMD or Intel kernel) is an entry in fcl_variants, before
    its operation's portable entry, plus its .cl file. */
@@ -298,6 +311,7 @@ struct fcl_context {
   cl_context context;
   cl_device_id device;
   fcl_device_caps caps;
+  fcl_plan_overrides overrides; /* the environment's, read when the context was created */
   char *build_options; /* the caller's, may be "" */
   char *cache_dir;     /* resolved disk cache directory; NULL: no disk cache */
   char cache_refused[320]; /* why the resolved directory was not trusted (cache_dir is then NULL); "" */
@@ -581,8 +595,8 @@ enum { FCL_BWD_DKDV = 0, FCL_BWD_DQ = 1 };
 size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which);
 /* The portable backward's planner (cl/flash_bwd.cl): the plans of both kernels, out[FCL_BWD_DKDV] and
    out[FCL_BWD_DQ], each within kernel_wg[FCL_BWD_*]; -1 when nothing fits one of them (out[0].reason says why). */
-int fcl_plan_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                      fcl_tile_plan out[2]);
+int fcl_plan_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p, unsigned flags,
+                      const size_t *kernel_wg, fcl_tile_plan out[2]);
 /* Plans and builds the backward kernels for p: plans[FCL_BWD_DKDV], plans[FCL_BWD_DQ]; kernels[0] the
    pre-pass (Dvec = rowsum(dO * O)), kernels[1] dK/dV, kernels[2] dQ, kernels[3] the d_sinks reduction of
    *dsinks_wg work-items per head (NULL and 0 without desc->d_sinks). Caller holds ctx->lock. */

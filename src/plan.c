@@ -57,8 +57,41 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   return 0;
 }
 
+/* ---- The portable forward's default shapes, by device class ---- */
+
+/* tr x tc work-items, each rm query rows x rn keys of S. */
+typedef struct portable_shape {
+  int tr, tc, rm, rn;
+} portable_shape;
+
+/* CPUs, tried in order: CPUs run a work-group as a loop over its work-items, so few work-items with large
+   tiles each (16 rows x 16 keys, head_dim/4 output columns) do about three times the work per CPU-second of
+   the GPU shapes under PoCL (docs/notes-portable.md). Registers do not bound this: the tiles live in cache. */
+static const portable_shape cpu_shapes[] = {{4, 4, 16, 16}, {4, 4, 8, 8}};
+
+/* Every other device (and a CPU where neither fits): a search from the largest tiles down, tc from the row of
+   this table that applies to head_dim (the first with head_dim <= max_head_dim) down to 1. tc sets each
+   work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the shapes measured on
+   an H200 (docs/notes-portable.md); 128 work-items per group. */
+static const struct {
+  int max_head_dim, tc;
+} first_tcs[] = {{15, 4}, {64, 8}, {FCL_MAX_HEAD_DIM, 16}};
+
+static int first_tc(int head_dim) {
+  const size_t n = sizeof first_tcs / sizeof first_tcs[0];
+  for (size_t i = 0; i < n; ++i)
+    if (head_dim <= first_tcs[i].max_head_dim) return first_tcs[i].tc;
+  return first_tcs[n - 1].tc;
+}
+
+/* The (rm, rn) of each work-item the search tries for each (tr, tc), largest first. */
+static const struct {
+  int rm, rn;
+} item_blocks[] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+
 /* The rule's plan for head_dim (tiles hold float whatever the storage type), or FLASHCL_FORWARD_SHAPE's. */
-static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
+static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int head_dim, size_t kernel_max_wg,
+                     fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
   out->variant = FCL_VARIANT_PORTABLE_FORWARD;
   out->head_dim = head_dim;
@@ -67,30 +100,22 @@ static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_ma
     return -1;
   }
   const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
-  const int *fs = caps->forward_shape;
+  const int *fs = ov->forward_shape;
   if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, fs[4], out) == 0) {
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
     return 0;
   }
-  /* CPUs run a work-group as a loop over its work-items: few work-items with large tiles each (16 rows x
-     16 keys, head_dim/4 output columns) do about three times the work per CPU-second of the GPU shapes
-     under PoCL (docs/notes-portable.md). Registers do not bound this: the tiles live in cache. */
-  if (caps->is_cpu) {
-    static const int cpu_shapes[][4] = {{4, 4, 16, 16}, {4, 4, 8, 8}};
+  if (caps->is_cpu)
     for (size_t i = 0; i < sizeof cpu_shapes / sizeof cpu_shapes[0]; ++i) {
-      const int *c = cpu_shapes[i];
-      if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c[0], c[1], c[2], c[3], 1, -1, out) == 0) {
+      const portable_shape *c = &cpu_shapes[i];
+      if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c->tr, c->tc, c->rm, c->rn, 1, -1, out) == 0) {
         snprintf(out->reason, sizeof out->reason,
-                 "CPU shape: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed", c[0],
-                 c[1], c[2], c[3], out->dn);
+                 "CPU shape: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed", c->tr,
+                 c->tc, c->rm, c->rn, out->dn);
         return 0;
       }
     }
-  }
-  /* tc sets each work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the
-     shapes measured on an H200 (docs/notes-portable.md); 128 work-items per group. */
-  const int tc_first = head_dim > 64 ? 16 : head_dim >= 16 ? 8 : 4;
-  static const int rm_rn[][2] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+  const int tc_first = first_tc(head_dim);
   /* First pass: work-groups a multiple of the device's preferred multiple (whole warps or wavefronts);
      second pass: anything that fits, so a small device still gets a plan. */
   const size_t multiple = caps->preferred_multiple ? caps->preferred_multiple : 1;
@@ -98,10 +123,11 @@ static int rule_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_ma
   for (int tc = tc_first; tc >= 1; tc /= 2)
     for (int tr = 128 / tc; tr >= 1; tr /= 2)
       for (int pad = 1; pad >= 0; --pad)
-        for (size_t i = 0; i < sizeof rm_rn / sizeof rm_rn[0]; ++i) {
+        for (size_t i = 0; i < sizeof item_blocks / sizeof item_blocks[0]; ++i) {
           fcl_tile_plan p;
           if ((whole && (size_t)(tr * tc) % multiple) ||
-              fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, rm_rn[i][0], rm_rn[i][1], pad, -1, &p))
+              fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, item_blocks[i].rm, item_blocks[i].rn, pad,
+                                     -1, &p))
             continue;
           /* Registers: the last resort (one work-item, one row) is allowed to exceed the budget. */
           if (p.rm * p.dn + p.rm * p.rn > FCL_REGISTER_BUDGET && !(tc == 1 && tr == 1 && p.rm == 1)) continue;
@@ -127,13 +153,14 @@ int64_t fcl_forward_grid_heads(const fcl_problem *p, const fcl_tile_plan *t) { r
    a tile empty and every head of a group would read the same keys again. */
 int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->group <= 64; }
 
-int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *t) {
+int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                    const fcl_tile_plan *t) {
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double cus = caps->compute_units ? caps->compute_units : 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
-  if (caps->forward_splits) return caps->forward_splits;
+  if (ov->forward_splits) return ov->forward_splits;
   if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
        loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
@@ -181,9 +208,10 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl
 int64_t fcl_forward_block_rows(const fcl_problem *p) { return p->nq * (fcl_forward_packs(p) ? p->group : 1); }
 
 /* The rule's plan, or for fewer rows than its block one just large enough. */
-static int rows_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_max_wg, int64_t rows, fcl_tile_plan *out) {
-  if (rule_plan(caps, head_dim, kernel_max_wg, out) != 0) return -1;
-  if (rows >= out->br || caps->forward_shape[0]) return 0;
+static int rows_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int head_dim, size_t kernel_max_wg,
+                     int64_t rows, fcl_tile_plan *out) {
+  if (rule_plan(caps, ov, head_dim, kernel_max_wg, out) != 0) return -1;
+  if (rows >= out->br || ov->forward_shape[0]) return 0;
   /* Few query rows (decode): the same keys per tile and work-items per row, with as few rows per block as
      cover them, so that no work-item computes padding rows; whole warps where the device has them. */
   const fcl_tile_plan rule = *out;
@@ -206,18 +234,16 @@ static int rows_plan(const fcl_device_caps *caps, int head_dim, size_t kernel_ma
   return 0;
 }
 
-int fcl_plan_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                     fcl_tile_plan *out) {
+int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p, unsigned flags,
+                     const size_t *kernel_wg, fcl_tile_plan *out) {
   const size_t kernel_max_wg = kernel_wg ? kernel_wg[0] : 0;
+  static const fcl_plan_overrides none;
+  if (flags & FCL_PLAN_RULE) return rule_plan(caps, &none, (int)p->d, kernel_max_wg, out);
   fcl_device_caps c = *caps;
-  if (flags & FCL_PLAN_RULE) {
-    c.forward_shape[0] = 0;
-    return rule_plan(&c, (int)p->d, kernel_max_wg, out);
-  }
   /* Paged keys keep a tile's block indices in local memory (8 bytes a key row, flash_fwd.cl's `page`): plan
      the tiles in what remains (2 KiB covers the largest tile). */
   if (p->block_table) c.local_mem_size = c.local_mem_size > 4096 ? c.local_mem_size - 2048 : c.local_mem_size / 2;
-  if (rows_plan(&c, (int)p->d, kernel_max_wg, fcl_forward_block_rows(p), out) != 0) return -1;
+  if (rows_plan(&c, ov, (int)p->d, kernel_max_wg, fcl_forward_block_rows(p), out) != 0) return -1;
   out->pack = fcl_forward_packs(p);
   return 0;
 }

@@ -25,8 +25,49 @@ static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t e
   return 1;
 }
 
-int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                            fcl_tile_plan *out) {
+/* A plan's tiles fit the device: the compiler keeps 16 bytes of local memory for itself. */
+static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
+  return local_bytes + 16 <= caps->local_mem_size && (size_t)wg <= caps->max_work_group_size;
+}
+
+/* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
+
+/* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers). */
+typedef struct nvidia_forward_shape {
+  int warps, tiles, keys, qsmem;
+} nvidia_forward_shape;
+
+/* The first shape by head_dim, from the measurements in docs/notes-nvidia.md (H200): 32 query rows a warp
+   halve the ldmatrix bytes per mma against 16, and with the Q tile in local memory instead of registers that
+   fits 255 registers without spilling. The first row that applies is taken; the planner has declined head_dims
+   above 256. */
+static const struct {
+  int max_head_dim;
+  int causal_max_rows; /* > 0: only for causal problems of at most this many query rows */
+  nvidia_forward_shape shape;
+} forward_defaults[] = {
+    {64, 0, {4, 2, 64, 1}},     /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
+    /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
+    {128, 2048, {4, 1, 64, 0}},
+    {128, 0, {2, 2, 32, 1}},    /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB) */
+    {256, 0, {4, 1, 32, 0}},    /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+};
+
+/* Then smaller shapes for devices with less local memory, in this order. */
+static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0}, {4, 1, 16, 0}, {2, 1, 16, 0}};
+
+static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
+  const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
+  for (size_t i = 0; i < n; ++i) {
+    const int max_rows = forward_defaults[i].causal_max_rows;
+    if (p->d <= forward_defaults[i].max_head_dim && (max_rows == 0 || (p->causal && p->nq <= max_rows)))
+      return &forward_defaults[i].shape;
+  }
+  return &forward_defaults[n - 1].shape;
+}
+
+int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                            unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out) {
   (void)kernel_wg;
   memset(out, 0, sizeof *out);
   out->variant = -1;
@@ -55,55 +96,39 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_problem *p, u
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   t.dp = ((int)p->d + 15) / 16 * 16;
   t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
-  /* Warps of 16-row mma tiles (rm per warp), key-tile rows and where Q lives, by head_dim, from the
-     measurements in docs/notes-nvidia.md (H200): 32 query rows a warp halve the ldmatrix bytes per mma
-     against 16, and with the Q tile in local memory instead of registers that fits 255 registers without
-     spilling. d <= 64: 4 warps x 2 tiles (128 rows), 64-key tiles; d <= 128: 2 warps x 2 tiles (64 rows),
-     32-key tiles (Q 17 KiB + K,V 17 KiB of the 48 KiB), except causal with at most 2048 query rows, where
-     4 warps x 1 tile with 64-key tiles and Q in registers measured faster; larger d: 4 warps x 1 tile,
-     32-key tiles, Q in registers. */
-  int first[4];
-  if (p->d <= 64) {
-    first[0] = 4, first[1] = 2, first[2] = 64, first[3] = 1;
-  } else if (p->d <= 128 && p->causal && p->nq <= 2048) {
-    first[0] = 4, first[1] = 1, first[2] = 64, first[3] = 0;
-  } else if (p->d <= 128) {
-    first[0] = 2, first[1] = 2, first[2] = 32, first[3] = 1;
-  } else {
-    first[0] = 4, first[1] = 1, first[2] = 32, first[3] = 0;
-  }
+  const nvidia_forward_shape *rule = forward_default(p);
+  nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
      a GQA group share one work-group's tile (GQA packing: K and V are read once per kv head, not once per
      query head), and a block has just enough warps of one 16-row tile each to cover its rows, with 64-key
      tiles (32 above head_dim 128) and Q in registers. Split-KV (fcl_plan_splits) then fills the device. */
-  const int64_t rule_rows = (int64_t)first[0] * first[1] * 16;
+  const int64_t rule_rows = (int64_t)rule->warps * rule->tiles * 16;
   t.pack = p->group > 1 && p->nq < rule_rows;
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
   if (block_rows < rule_rows && block_rows <= 64) {
-    first[0] = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
-    first[1] = 1;
-    first[2] = p->d <= 128 ? 64 : 32;
-    first[3] = 0;
+    first.warps = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
+    first.tiles = 1;
+    first.keys = p->d <= 128 ? 64 : 32;
+    first.qsmem = 0;
   }
-  /* Then smaller shapes for devices with less local memory; the compiler keeps 16 bytes for itself. */
-  const int shapes[][4] = {{first[0], first[1], first[2], first[3]}, {4, 1, 32, 0}, {4, 1, 16, 0}, {2, 1, 16, 0}};
   int found = 0;
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && !found; ++i) {
-    t.tr = shapes[i][0];
+  for (size_t i = 0; i <= sizeof forward_fallbacks / sizeof forward_fallbacks[0] && !found; ++i) {
+    const nvidia_forward_shape *sh = i == 0 ? &first : &forward_fallbacks[i - 1];
+    t.tr = sh->warps;
     t.tc = 32;
     t.wg = t.tr * 32;
-    t.rm = shapes[i][1];
-    t.bc = shapes[i][2];
-    t.qsmem = shapes[i][3];
+    t.rm = sh->tiles;
+    t.bc = sh->keys;
+    t.qsmem = sh->qsmem;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
-    found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
+    found = fits(caps, t.local_bytes, t.wg);
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   /* One K tile: a second one (kdb, K(j+1) loading during a whole iteration) measured 1-5% slower on the
      H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
   t.kdb = 0;
-  t.splits = fcl_plan_splits(caps, p, &t);
+  t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local",
@@ -125,9 +150,44 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
   return (kv > o ? kv : o) * 2;
 }
 
-int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, unsigned flags, const size_t *kernel_wg,
-                             fcl_tile_plan out[2]) {
-  (void)kernel_wg;
+/* ---- The tensor-core backward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
+
+/* warps (16 owned rows each: keys for dK/dV, query rows for dQ) and rows streamed per step. */
+typedef struct nvidia_backward_shape {
+  int warps, streamed;
+} nvidia_backward_shape;
+
+/* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group on the
+   H200, 16 bytes of it kept by the compiler): dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for
+   16 keys); dQ keeps Q and dO fragments and dQ in registers and streams K, V through two buffers. The first
+   row that applies is taken; the planner has declined head_dims above 128. */
+typedef struct nvidia_backward_default {
+  int max_head_dim;
+  nvidia_backward_shape dkdv, dq;
+} nvidia_backward_default;
+static const nvidia_backward_default backward_defaults[] = {
+    /* dK/dV: 4 warps (64 keys), 32-row steps (37 KiB: K, V 18 KiB, two Q, dO buffers 18 KiB);
+       dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). */
+    {64, {4, 32}, {4, 64}},
+    /* dK/dV: 2 warps (32 keys), 16-row steps (35 KiB; 128 accumulator registers; 64 keys and 32-row steps
+       would need 52 KiB); dQ: 4 warps, 32-key tiles (34 KiB). */
+    {128, {2, 16}, {4, 32}},
+};
+
+/* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order. */
+static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 16}, {1, 16}, {1, 16}},
+                                                               {{4, 16}, {2, 16}, {1, 16}}};
+
+static const nvidia_backward_default *backward_default(const fcl_problem *p) {
+  const size_t n = sizeof backward_defaults / sizeof backward_defaults[0];
+  for (size_t i = 0; i < n; ++i)
+    if (p->d <= backward_defaults[i].max_head_dim) return &backward_defaults[i];
+  return &backward_defaults[n - 1];
+}
+
+int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
+                             unsigned flags, const size_t *kernel_wg, fcl_tile_plan out[2]) {
+  (void)ov, (void)kernel_wg;
   memset(out, 0, 2 * sizeof *out);
   out[0].variant = out[1].variant = -1;
   out[0].head_dim = out[1].head_dim = (int)p->d;
@@ -156,17 +216,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, 
       !rows_aligned(p->v_stride, p->v_offset, p->kv_counts) || !rows_aligned(p->o_stride, p->o_offset, p->q_counts))
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
-  /* Tile shapes: {warps (16 owned rows each), streamed rows per step}, the first that fits. Registers bound
-     them as much as local memory (48 KiB a work-group on the H200, 16 bytes of it kept by the compiler):
-     dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for 16 keys), so d <= 64 takes 4 warps (64 keys)
-     and 32-row steps (37 KiB: K, V 18 KiB, two Q, dO buffers 18 KiB), d <= 128 2 warps (32 keys) and 16-row
-     steps (35 KiB; 128 accumulator registers); 64 keys and 32-row steps at d = 128 would need 52 KiB. dQ keeps
-     Q and dO fragments and dQ in registers and streams K, V through two buffers: 4 warps (64 query rows) with
-     64-key tiles at d <= 64 (36 KiB), 32-key tiles at d <= 128 (34 KiB). Then smaller shapes for devices with
-     less local memory. */
-  const int wide = p->d > 64;
-  const int shapes[2][4][2] = {{{wide ? 2 : 4, wide ? 16 : 32}, {2, 16}, {1, 16}, {1, 16}},
-                               {{4, wide ? 32 : 64}, {4, 16}, {2, 16}, {1, 16}}};
+  const nvidia_backward_default *first = backward_default(p);
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
@@ -178,18 +228,20 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_problem *p, 
     t.rm = 1;
     t.splits = 1;
     int found = 0;
-    for (int i = 0; i < 4 && !found; ++i) {
-      t.tr = shapes[which][i][0];
+    for (size_t i = 0; i <= sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0] && !found; ++i) {
+      const nvidia_backward_shape *sh = i > 0 ? &backward_fallbacks[which][i - 1]
+                                        : which == FCL_BWD_DKDV ? &first->dkdv : &first->dq;
+      t.tr = sh->warps;
       t.wg = t.tr * 32;
       if (which == FCL_BWD_DKDV) {
-        t.bc = t.tr * 16;           /* key rows owned */
-        t.br = shapes[which][i][1]; /* query rows streamed per step */
+        t.bc = t.tr * 16;    /* key rows owned */
+        t.br = sh->streamed; /* query rows streamed per step */
       } else {
-        t.br = t.tr * 16;           /* query rows owned */
-        t.bc = shapes[which][i][1]; /* key rows streamed per tile */
+        t.br = t.tr * 16;    /* query rows owned */
+        t.bc = sh->streamed; /* key rows streamed per tile */
       }
       t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which);
-      found = t.local_bytes + 16 <= caps->local_mem_size && (size_t)t.wg <= caps->max_work_group_size;
+      found = fits(caps, t.local_bytes, t.wg);
     }
     if (!found) DECLINE("tensor-core backward: %zu B of local memory is too little", (size_t)caps->local_mem_size);
     if (which == FCL_BWD_DKDV)

@@ -122,7 +122,7 @@ static void load_slot(fcl_context *ctx, int head_dim, fcl_dtype dtype, fcl_tuned
 int fcl_plan_forward_tuned(fcl_context *ctx, const fcl_problem *p, const size_t *kernel_wg, fcl_tile_plan *out) {
   const int head_dim = (int)p->d;
   fcl_tuned_slot *slot = slot_of(ctx, head_dim, p->dtype);
-  if (!slot || ctx->caps.forward_shape[0] || p->block_table) return -1; /* FLASHCL_FORWARD_SHAPE wins; paged keys keep the rule */
+  if (!slot || ctx->overrides.forward_shape[0] || p->block_table) return -1; /* FLASHCL_FORWARD_SHAPE wins; paged keys keep the rule */
   if (slot->state == 0) load_slot(ctx, head_dim, p->dtype, slot);
   if (slot->state != 2 ||
       fcl_plan_forward_shape(&ctx->caps, head_dim, kernel_wg ? kernel_wg[0] : 0, slot->tr, slot->tc, slot->rm,

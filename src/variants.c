@@ -95,7 +95,7 @@ fcl_status fcl_variant_kernel(fcl_context *ctx, const fcl_variant *v, const fcl_
 static int plan_variant(fcl_context *ctx, const fcl_variant *v, const fcl_problem *p, unsigned flags,
                         const size_t *kernel_wg, fcl_tile_plan *plans) {
   if (v->tuned && !(flags & FCL_PLAN_RULE) && v->tuned(ctx, p, kernel_wg, plans) == 0) return 0;
-  return v->plan(&ctx->caps, p, flags, kernel_wg, plans);
+  return v->plan(&ctx->caps, &ctx->overrides, p, flags, kernel_wg, plans);
 }
 
 fcl_status fcl_variant_build(fcl_context *ctx, const fcl_variant *v, const fcl_problem *p, unsigned flags,

@@ -57,7 +57,8 @@ static void test_bounds(void) {
       const fcl_device_caps *caps = c ? &cpu : &gpu;
       fcl_tile_plan f, b[2];
       const fcl_problem p = test_problem(dims[i], FCL_DTYPE_F32, 4096, 0);
-      if (fcl_plan_forward(caps, &p, 0, NULL, &f) || fcl_plan_backward(caps, &p, 0, NULL, b)) {
+      if (fcl_plan_forward(caps, &no_overrides, &p, 0, NULL, &f) ||
+          fcl_plan_backward(caps, &no_overrides, &p, 0, NULL, b)) {
         check(0, "%s d=%d: no plan", c ? "cpu" : "gpu", dims[i]);
         continue;
       }

@@ -14,10 +14,16 @@ static int consistent(const fcl_tile_plan *p, const fcl_device_caps *caps) {
 }
 
 /* The portable forward's plan for head_dim d over many query rows (the rule's shape), within kernel_wg
-   work-items (0: the device's limit). */
-static int plan(const fcl_device_caps *caps, int d, fcl_dtype dtype, size_t kernel_wg, fcl_tile_plan *out) {
+   work-items (0: the device's limit), under overrides ov. */
+static int plan_with(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int d, fcl_dtype dtype,
+                     size_t kernel_wg, fcl_tile_plan *out) {
   const fcl_problem p = test_problem(d, dtype, 4096, 0);
-  return fcl_plan_forward(caps, &p, 0, &kernel_wg, out);
+  return fcl_plan_forward(caps, ov, &p, 0, &kernel_wg, out);
+}
+
+/* The same without overrides. */
+static int plan(const fcl_device_caps *caps, int d, fcl_dtype dtype, size_t kernel_wg, fcl_tile_plan *out) {
+  return plan_with(caps, &no_overrides, d, dtype, kernel_wg, out);
 }
 
 int main(void) {
@@ -81,19 +87,17 @@ int main(void) {
      that does not fit, falls back to the rule's plan. */
   caps.local_mem_size = 48 << 10;
   caps.is_gpu = 1, caps.is_cpu = 0;
-  const int good_shape[5] = {8, 16, 4, 2, 0}, huge_shape[5] = {65536, 65536, 65536, 65536, -1};
-  memcpy(caps.forward_shape, good_shape, sizeof good_shape);
-  ok = plan(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) && p.tr == 8 && p.tc == 16;
+  const fcl_plan_overrides good_shape = {{8, 16, 4, 2, 0}, 0}, huge_shape = {{65536, 65536, 65536, 65536, -1}, 0};
+  ok = plan_with(&caps, &good_shape, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) && p.tr == 8 &&
+       p.tc == 16;
   check(ok, "FLASHCL_FORWARD_SHAPE=8,16,4,2,0 is planned as given: %s", p.reason);
-  memcpy(caps.forward_shape, huge_shape, sizeof huge_shape);
-  ok = plan(&caps, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) &&
+  ok = plan_with(&caps, &huge_shape, 64, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, &caps) &&
        !strstr(p.reason, "FLASHCL_FORWARD_SHAPE");
   check(ok, "FLASHCL_FORWARD_SHAPE=65536,65536,65536,65536 falls back to the default plan: %dx%d work-items, %s",
         p.tr, p.tc, p.reason);
   check(fcl_plan_forward_shape(&caps, 64, 0, 65536, 65536, 65536, 65536, 1, 0, &p) != 0 &&
             fcl_plan_forward_shape(&caps, 64, 0, 1, 1, 1 << 30, 8, 1, 0, &p) != 0,
         "shapes whose products overflow an int do not fit");
-  memset(caps.forward_shape, 0, sizeof caps.forward_shape);
   /* The variable's parser: four or five integers in range, nothing else. */
   static const struct {
     const char *text;

@@ -24,7 +24,7 @@ static int plan(const fcl_device_caps *caps, int which, int d, fcl_dtype dtype, 
   size_t limits[2] = {0, 0};
   limits[which] = kernel_wg;
   fcl_tile_plan both[2];
-  const int r = fcl_plan_backward(caps, &p, 0, limits, both);
+  const int r = fcl_plan_backward(caps, &no_overrides, &p, 0, limits, both);
   *out = both[r == 0 ? which : 0];
   return r;
 }

@@ -1,10 +1,14 @@
-/* A resolved problem for the planner tests, which call the planners (internal.h) over made-up devices. */
+/* A resolved problem for the planner tests, which call the planners (internal.h) over made-up devices, and no
+   overrides. */
 #ifndef FLASHCL_TEST_PROBLEM_H
 #define FLASHCL_TEST_PROBLEM_H
 
 #include "internal.h"
 
 #include <string.h>
+
+/* No development overrides (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS): the planners' own plans. */
+static const fcl_plan_overrides no_overrides;
 
 /* Contiguous q, k, v, o of 2 batches x 4 heads x seqlen rows of head_dim d (offset elements into each buffer).
    A head_dim the descriptor refuses leaves a zeroed problem with d set, for planners that must decline it. */

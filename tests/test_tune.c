@@ -184,7 +184,7 @@ static int pick_shapes(test_env *env, fcl_forward_shape out[2], fcl_tile_plan *d
                                            {16, 8, 4, 4, 1, 1},  {4, 4, 8, 8, 1, 0},  {2, 2, 4, 4, 0, 0}};
   const fcl_device_caps caps = env->fcl->caps;
   const fcl_problem p = test_problem(HD, FCL_DTYPE_F32, 4096, 0);
-  if (fcl_plan_forward(&caps, &p, FCL_PLAN_RULE, NULL, def) != 0) return -1;
+  if (fcl_plan_forward(&caps, &no_overrides, &p, FCL_PLAN_RULE, NULL, def) != 0) return -1;
   int n = 0;
   for (size_t i = 0; i < sizeof pool / sizeof pool[0] && n < 2; ++i) {
     const fcl_forward_shape *s = &pool[i];

@@ -48,7 +48,7 @@ static void table_cases(void) {
       int files = v->num_files > 0;
       for (int f = 0; f < v->num_files; ++f) files = files && embedded(v->files[f]);
       fcl_tile_plan t[2];
-      const int planned = v->plan(&nv, &p, 0, NULL, t) == 0;
+      const int planned = v->plan(&nv, &no_overrides, &p, 0, NULL, t) == 0;
       int own = planned;
       for (int k = 0; k < v->num_kernels && planned; ++k) own = own && t[k].variant == i;
       check(files && v->num_kernels == (op == FCL_OP_FORWARD ? 1 : 2) && v->defines && own,
@@ -72,8 +72,9 @@ static void planner_cases(void) {
   for (int d = 8; d <= 256; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      const int ok = fcl_plan_nvidia_forward(&nv, &p, 0, NULL, &t) == 0 && t.variant == FCL_VARIANT_NVIDIA_FORWARD &&
-                     t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 && t.bc % 16 == 0 &&
+      const int ok = fcl_plan_nvidia_forward(&nv, &no_overrides, &p, 0, NULL, &t) == 0 &&
+                     t.variant == FCL_VARIANT_NVIDIA_FORWARD && t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 &&
+                     t.bc % 16 == 0 &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
                      t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && t.local_bytes <= nv.local_mem_size;
       if (!ok || d == 64 || d == 128 || d == 256)
@@ -105,7 +106,7 @@ static void planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].scale != 0) p.scale = no[i].scale;
     if (no[i].d == 136) p.d = 264; /* beyond what the descriptor admits: the planner must still decline */
-    const int r = fcl_plan_nvidia_forward(&caps, &p, no[i].flags, NULL, &t);
+    const int r = fcl_plan_nvidia_forward(&caps, &no_overrides, &p, no[i].flags, NULL, &t);
     check(r != 0 && t.variant != FCL_VARIANT_NVIDIA_FORWARD && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
           t.reason);
   }
@@ -113,11 +114,11 @@ static void planner_cases(void) {
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
-  int r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
+  int r = fcl_plan_nvidia_forward(&small, &no_overrides, &p, 0, NULL, &t);
   check(r == 0 && t.bc < 64 && t.local_bytes <= small.local_mem_size,
         "planner: 24 KiB local memory, head_dim 128: %d-key tiles, %zu B", t.bc, t.local_bytes);
   small.local_mem_size = 8 << 10;
-  r = fcl_plan_nvidia_forward(&small, &p, 0, NULL, &t);
+  r = fcl_plan_nvidia_forward(&small, &no_overrides, &p, 0, NULL, &t);
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
@@ -139,8 +140,10 @@ static void planner_cases(void) {
     desc.batch = dec[i].b, desc.num_heads = dec[i].h, desc.num_kv_heads = dec[i].hkv;
     desc.seqlen_q = dec[i].nq, desc.seqlen_k = dec[i].nk, desc.head_dim = dec[i].d, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, NULL, &t) : -1;
-    const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS
+            ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
+            : -1;
+    const int splits = r == 0 ? fcl_plan_splits(&h200, &no_overrides, &dp, &t) : 0;
     const int64_t groups = r == 0 ? fcl_forward_row_blocks(&dp, &t) * fcl_forward_grid_heads(&dp, &t) * dp.batch : 0;
     const int64_t want_blocks = (dec[i].nq * (dec[i].pack ? dec[i].h / dec[i].hkv : 1) + dec[i].br - 1) / dec[i].br;
     check(r == 0 && t.pack == dec[i].pack && t.br == dec[i].br && t.local_bytes <= h200.local_mem_size &&
@@ -169,9 +172,11 @@ static void planner_cases(void) {
     desc.batch = seq[i].b, desc.num_heads = 32, desc.num_kv_heads = 8, desc.seqlen_q = 1, desc.seqlen_k = seq[i].nk;
     desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &dp, 0, NULL, &t) : -1;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS
+            ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
+            : -1;
     if (seq[i].per_seq) dp.seqlens_k = (cl_mem)&desc;
-    const int splits = r == 0 ? fcl_plan_splits(&h200, &dp, &t) : 0;
+    const int splits = r == 0 ? fcl_plan_splits(&h200, &no_overrides, &dp, &t) : 0;
     check(r == 0 && splits == seq[i].splits,
           "planner: decode of %lld sequences of up to %lld keys, %s on 132 units: %d chunks (want %d)",
           (long long)seq[i].b, (long long)seq[i].nk, seq[i].per_seq ? "key counts per sequence" : "dense", splits,
@@ -195,7 +200,7 @@ static void backward_planner_cases(void) {
   for (int d = 8; d <= 128; d += 8)
     for (int dt = 1; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
-      int ok = fcl_plan_nvidia_backward(&nv, &p, 0, NULL, t) == 0;
+      int ok = fcl_plan_nvidia_backward(&nv, &no_overrides, &p, 0, NULL, t) == 0;
       for (int w = 0; w < 2 && ok; ++w)
         ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
              t[w].wg == t[w].tr * 32 && (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
@@ -232,28 +237,28 @@ static void backward_planner_cases(void) {
     fcl_problem p = problem(no[i].d, no[i].dtype, no[i].offset);
     if (no[i].d == 256) p.d = 256; /* resolve takes it; the planner must decline */
     if (no[i].paged) p.block_table = (cl_mem)&caps; /* only tested against NULL by the planner */
-    const int r = fcl_plan_nvidia_backward(&caps, &p, no[i].flags, NULL, t);
+    const int r = fcl_plan_nvidia_backward(&caps, &no_overrides, &p, no[i].flags, NULL, t);
     check(r != 0 && t[0].variant != FCL_VARIANT_NVIDIA_BACKWARD && strlen(t[0].reason) > 0, "backward planner: %s declines: %s",
           no[i].what, t[0].reason);
   }
   /* Rows 16 bytes apart but with a row stride that is not a multiple of 8 elements. */
   fcl_problem odd = problem(64, FCL_DTYPE_F16, 0);
   odd.k_stride[2] = 68;
-  check(fcl_plan_nvidia_backward(&nv, &odd, 0, NULL, t) != 0 && strlen(t[0].reason) > 0,
+  check(fcl_plan_nvidia_backward(&nv, &no_overrides, &odd, 0, NULL, t) != 0 && strlen(t[0].reason) > 0,
         "backward planner: k row stride 68 elements declines: %s", t[0].reason);
   /* 24 KiB of local memory: smaller shapes within it at head_dim 64; head_dim 128 (26 KiB at the smallest shape)
      and 4 KiB declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
   fcl_problem p = problem(64, FCL_DTYPE_BF16, 0);
-  int r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
+  int r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
   check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size,
         "backward planner: 24 KiB local memory, head_dim 64: dK/dV %zu B, dQ %zu B", t[0].local_bytes, t[1].local_bytes);
   p = problem(128, FCL_DTYPE_BF16, 0);
-  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
+  r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 24 KiB local memory, head_dim 128 declines: %s", t[0].reason);
   small.local_mem_size = 4 << 10;
-  r = fcl_plan_nvidia_backward(&small, &p, 0, NULL, t);
+  r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
 }
 

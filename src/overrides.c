@@ -1,0 +1,42 @@
+/* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS): read from the environment
+ * once per context, kept apart from the device's capabilities, and given to every planner beside them. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest work-items per dimension and rows or keys per work-item an override may ask for: far above any
+   device's limits, far below where tr * rm or tr * tc could overflow an int. */
+#define FCL_SHAPE_MAX_ITEMS 4096
+#define FCL_SHAPE_MAX_PER_ITEM 256
+
+int fcl_parse_forward_shape(const char *text, int shape[5]) {
+  static const long lo[5] = {1, 1, 1, 1, -1}, hi[5] = {FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM,
+                                                       FCL_SHAPE_MAX_PER_ITEM, 1};
+  int v[5] = {0, 0, 0, 0, -1}, n = 0;
+  const char *p = text;
+  for (;;) {
+    char *end;
+    errno = 0;
+    const long x = strtol(p, &end, 10);
+    if (end == p || errno != 0 || n == 5 || x < lo[n] || x > hi[n]) return -1;
+    v[n++] = (int)x;
+    p = end;
+    if (*p == '\0') break;
+    if (*p++ != ',') return -1;
+  }
+  if (n < 4) return -1;
+  memcpy(shape, v, sizeof v);
+  return 0;
+}
+
+void fcl_read_plan_overrides(fcl_plan_overrides *out) {
+  memset(out, 0, sizeof *out);
+  /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
+  const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
+  if (shape) (void)fcl_parse_forward_shape(shape, out->forward_shape);
+  /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
+  const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
+  if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) out->forward_splits = atoi(splits);
+}
