@@ -69,12 +69,18 @@ typedef struct fcl_plan_overrides {
      (-1: by device type). */
   int forward_shape[5];
   int forward_splits; /* FLASHCL_FORWARD_SPLITS: the split-KV count of every forward (0: the planner's) */
+  /* FLASHCL_BACKWARD_SHAPE: the tensor-core backward's first shapes, used where they fit: dK/dV warps and query
+     rows a step, dQ warps and keys a tile (0: none) */
+  int backward_shape[4];
 } fcl_plan_overrides;
 
 void fcl_read_plan_overrides(fcl_plan_overrides *out);
 /* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
    five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
 int fcl_parse_forward_shape(const char *text, int shape[5]);
+/* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys": 0 when it is four integers, warps
+   1..8 and rows or keys multiples of 16 in 16..128, else -1 and shape untouched. */
+int fcl_parse_backward_shape(const char *text, int shape[4]);
 
 /* ---- loop_budget.c: the per-work-item loop budget and the profiling clock, measured once ---- */
 

@@ -1,5 +1,6 @@
-/* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS): read from the environment
- * once per context, kept apart from the device's capabilities, and given to every planner beside them. */
+/* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS, FLASHCL_BACKWARD_SHAPE): read
+ * from the environment once per context, kept apart from the device's capabilities, and given to every planner
+ * beside them. */
 #include "internal.h"
 
 #include <errno.h>
@@ -31,6 +32,25 @@ int fcl_parse_forward_shape(const char *text, int shape[5]) {
   return 0;
 }
 
+int fcl_parse_backward_shape(const char *text, int shape[4]) {
+  int v[4], n = 0;
+  const char *p = text;
+  for (;;) {
+    char *end;
+    errno = 0;
+    const long x = strtol(p, &end, 10);
+    const int warps = n % 2 == 0;
+    if (end == p || errno != 0 || n == 4 || (warps ? x < 1 || x > 8 : x < 16 || x > 128 || x % 16 != 0)) return -1;
+    v[n++] = (int)x;
+    p = end;
+    if (*p == '\0') break;
+    if (*p++ != ',') return -1;
+  }
+  if (n < 4) return -1;
+  memcpy(shape, v, sizeof v);
+  return 0;
+}
+
 void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   memset(out, 0, sizeof *out);
   /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
@@ -39,4 +59,8 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
   const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
   if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) out->forward_splits = atoi(splits);
+  /* FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys: the tensor-core backward's first shapes (the
+     measurements of docs/notes-nvidia.md, v10, without rebuilding); anything else is ignored. */
+  const char *bshape = getenv("FLASHCL_BACKWARD_SHAPE");
+  if (bshape) (void)fcl_parse_backward_shape(bshape, out->backward_shape);
 }

@@ -187,7 +187,7 @@ static const nvidia_backward_default *backward_default(const fcl_problem *p) {
 
 int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
                              unsigned flags, const size_t *kernel_wg, fcl_tile_plan out[2]) {
-  (void)ov, (void)kernel_wg;
+  (void)kernel_wg;
   memset(out, 0, 2 * sizeof *out);
   out[0].variant = out[1].variant = -1;
   out[0].head_dim = out[1].head_dim = (int)p->d;
@@ -217,6 +217,10 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
   const nvidia_backward_default *first = backward_default(p);
+  /* FLASHCL_BACKWARD_SHAPE (development) replaces the first shapes; the fallbacks follow where it does not fit. */
+  const int *bs = ov->backward_shape;
+  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1]}, {bs[2], bs[3]}};
+  if (bs[0]) first = &forced;
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
@@ -228,7 +232,8 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     t.rm = 1;
     t.splits = 1;
     int found = 0;
-    for (size_t i = 0; i <= sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0] && !found; ++i) {
+    size_t i = 0;
+    for (; i <= sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0] && !found; ++i) {
       const nvidia_backward_shape *sh = i > 0 ? &backward_fallbacks[which][i - 1]
                                         : which == FCL_BWD_DKDV ? &first->dkdv : &first->dq;
       t.tr = sh->warps;
@@ -247,11 +252,12 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     if (which == FCL_BWD_DKDV)
       snprintf(t.reason, sizeof t.reason,
                "tensor-core backward (mma.sync m16n8k16) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
-               "%d query rows a step, %zu B local",
-               caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br, t.local_bytes);
+               "%d query rows a step, %zu B local%s",
+               caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br, t.local_bytes,
+               bs[0] && i == 1 ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
-      snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local", t.tr, t.bc,
-               t.local_bytes);
+      snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,
+               t.local_bytes, bs[0] && i == 1 ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     out[which] = t;
   }
   return 0;

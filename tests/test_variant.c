@@ -260,6 +260,35 @@ static void backward_planner_cases(void) {
   small.local_mem_size = 4 << 10;
   r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
+
+  /* FLASHCL_BACKWARD_SHAPE: its shapes first, said in the reason; one that does not fit gives way to the
+     fallbacks; malformed or out-of-range text is refused by the parser. */
+  fcl_plan_overrides ov;
+  memset(&ov, 0, sizeof ov);
+  check(fcl_parse_backward_shape("3,16,2,32", ov.backward_shape) == 0 && ov.backward_shape[0] == 3 &&
+            ov.backward_shape[3] == 32,
+        "FLASHCL_BACKWARD_SHAPE=3,16,2,32 parsed");
+  r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
+  check(r == 0 && t[0].tr == 3 && t[0].bc == 48 && t[0].br == 16 && t[1].tr == 2 && t[1].br == 32 && t[1].bc == 32 &&
+            strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE") && strstr(t[1].reason, "FLASHCL_BACKWARD_SHAPE"),
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=3,16,2,32: dK/dV %d warps, %d rows a step; dQ %d warps, "
+        "%d-key tiles: %s",
+        t[0].tr, t[0].br, t[1].tr, t[1].bc, t[0].reason);
+  int big[4];
+  check(fcl_parse_backward_shape("8,128,8,128", big) == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
+  memcpy(ov.backward_shape, big, sizeof big);
+  r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
+  check(r == 0 && t[0].local_bytes + 16 <= nv.local_mem_size && t[1].local_bytes + 16 <= nv.local_mem_size &&
+            !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE"),
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the fallbacks, %s",
+        t[0].reason);
+  static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,1", "3,144,2,32",
+                                    "x", "", "3,16,2,32,"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    int shape[4] = {7, 7, 7, 7};
+    check(fcl_parse_backward_shape(bad[i], shape) != 0 && shape[0] == 7,
+          "FLASHCL_BACKWARD_SHAPE=\"%s\" refused, shape untouched", bad[i]);
+  }
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */
