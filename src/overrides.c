@@ -12,41 +12,37 @@
 #define FCL_SHAPE_MAX_ITEMS 4096
 #define FCL_SHAPE_MAX_PER_ITEM 256
 
-int fcl_parse_forward_shape(const char *text, int shape[5]) {
-  static const long lo[5] = {1, 1, 1, 1, -1}, hi[5] = {FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM,
-                                                       FCL_SHAPE_MAX_PER_ITEM, 1};
-  int v[5] = {0, 0, 0, 0, -1}, n = 0;
+/* Up to max comma-separated integers from text into v, the i-th within [lo[i], hi[i]] and a multiple of step[i]:
+   their count, or -1 for anything else (v may then be partly written). */
+static int parse_list(const char *text, int *v, int max, const long *lo, const long *hi, const long *step) {
+  int n = 0;
   const char *p = text;
   for (;;) {
     char *end;
     errno = 0;
     const long x = strtol(p, &end, 10);
-    if (end == p || errno != 0 || n == 5 || x < lo[n] || x > hi[n]) return -1;
+    if (end == p || errno != 0 || n == max || x < lo[n] || x > hi[n] || x % step[n] != 0) return -1;
     v[n++] = (int)x;
     p = end;
-    if (*p == '\0') break;
+    if (*p == '\0') return n;
     if (*p++ != ',') return -1;
   }
-  if (n < 4) return -1;
+}
+
+int fcl_parse_forward_shape(const char *text, int shape[5]) {
+  static const long lo[5] = {1, 1, 1, 1, -1}, hi[5] = {FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM,
+                                                       FCL_SHAPE_MAX_PER_ITEM, 1},
+                    step[5] = {1, 1, 1, 1, 1};
+  int v[5] = {0, 0, 0, 0, -1};
+  if (parse_list(text, v, 5, lo, hi, step) < 4) return -1;
   memcpy(shape, v, sizeof v);
   return 0;
 }
 
 int fcl_parse_backward_shape(const char *text, int shape[4]) {
-  int v[4], n = 0;
-  const char *p = text;
-  for (;;) {
-    char *end;
-    errno = 0;
-    const long x = strtol(p, &end, 10);
-    const int warps = n % 2 == 0;
-    if (end == p || errno != 0 || n == 4 || (warps ? x < 1 || x > 8 : x < 16 || x > 128 || x % 16 != 0)) return -1;
-    v[n++] = (int)x;
-    p = end;
-    if (*p == '\0') break;
-    if (*p++ != ',') return -1;
-  }
-  if (n < 4) return -1;
+  static const long lo[4] = {1, 16, 1, 16}, hi[4] = {8, 128, 8, 128}, step[4] = {1, 16, 1, 16};
+  int v[4];
+  if (parse_list(text, v, 4, lo, hi, step) != 4) return -1;
   memcpy(shape, v, sizeof v);
   return 0;
 }
