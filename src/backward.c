@@ -87,7 +87,8 @@ static fcl_status dsinks_kernel(fcl_context *ctx, const fcl_problem *p, cl_kerne
   char defines[128] = "-DBWD_KIND=3 -DDTYPE=0";
   const size_t n = strlen(defines);
   fcl_sequence_defines(p, defines + n, sizeof defines - n);
-  return fcl_get_kernel_wg(ctx, backward_source->files, backward_source->num_files, "flash_bwd_dsinks", defines, 256, kernel, wg_out);
+  return fcl_get_kernel_wg(ctx, backward_source->files, backward_source->num_files, "flash_bwd_dsinks", defines, 256,
+                           kernel, wg_out);
 }
 
 fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_plan plans[2], cl_kernel kernels[4],
@@ -95,7 +96,8 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
   char defines[128], mods[160], why[sizeof plans[0].reason];
   fcl_modifier_defines(p, mods, sizeof mods);
   snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
-  fcl_status st = fcl_get_kernel(ctx, backward_source->files, backward_source->num_files, "flash_bwd_pre", defines, &kernels[0]);
+  fcl_status st =
+      fcl_get_kernel(ctx, backward_source->files, backward_source->num_files, "flash_bwd_pre", defines, &kernels[0]);
   if (st) return st;
   const fcl_variant *v;
   if ((st = fcl_select_variant(ctx, FCL_OP_BACKWARD, p, mods, &v, plans, &kernels[1], why, sizeof why))) return st;

@@ -145,6 +145,19 @@ struct fcl_problem;
    compares its candidates against. */
 #define FCL_PLAN_RULE (1u << 30)
 
+/* The portable planners' defaults: a table of the first tc (work-items across head_dim) by head_dim, read as
+   the first row with head_dim <= max_head_dim (the last row beyond); and the (rm, rn) blocks of rows and keys a
+   work-item takes, tried largest first for each (tr, tc). */
+typedef struct fcl_tc_row {
+  int max_head_dim, tc;
+} fcl_tc_row;
+int fcl_first_tc(const fcl_tc_row *rows, size_t n, int head_dim);
+typedef struct fcl_item_block {
+  int rm, rn;
+} fcl_item_block;
+#define FCL_ITEM_BLOCKS 9
+extern const fcl_item_block fcl_item_blocks[FCL_ITEM_BLOCKS];
+
 /* The largest work-group a plan may use: the device's limits and the kernel's own (0: none). */
 size_t fcl_work_group_limit(const fcl_device_caps *caps, size_t kernel_max_wg);
 /* Local memory the portable forward kernel uses for plan p. */

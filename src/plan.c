@@ -73,21 +73,16 @@ static const portable_shape cpu_shapes[] = {{4, 4, 16, 16}, {4, 4, 8, 8}};
    this table that applies to head_dim (the first with head_dim <= max_head_dim) down to 1. tc sets each
    work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the shapes measured on
    an H200 (docs/notes-portable.md); 128 work-items per group. */
-static const struct {
-  int max_head_dim, tc;
-} first_tcs[] = {{15, 4}, {64, 8}, {FCL_MAX_HEAD_DIM, 16}};
+static const fcl_tc_row first_tcs[] = {{15, 4}, {64, 8}, {FCL_MAX_HEAD_DIM, 16}};
 
-static int first_tc(int head_dim) {
-  const size_t n = sizeof first_tcs / sizeof first_tcs[0];
+int fcl_first_tc(const fcl_tc_row *rows, size_t n, int head_dim) {
   for (size_t i = 0; i < n; ++i)
-    if (head_dim <= first_tcs[i].max_head_dim) return first_tcs[i].tc;
-  return first_tcs[n - 1].tc;
+    if (head_dim <= rows[i].max_head_dim) return rows[i].tc;
+  return rows[n - 1].tc;
 }
 
-/* The (rm, rn) of each work-item the search tries for each (tr, tc), largest first. */
-static const struct {
-  int rm, rn;
-} item_blocks[] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+const fcl_item_block fcl_item_blocks[FCL_ITEM_BLOCKS] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1},
+                                                          {1, 4}, {2, 1}, {1, 2}, {1, 1}};
 
 /* The rule's plan for head_dim (tiles hold float whatever the storage type), or FLASHCL_FORWARD_SHAPE's. */
 static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, int head_dim, size_t kernel_max_wg,
@@ -115,7 +110,7 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
         return 0;
       }
     }
-  const int tc_first = first_tc(head_dim);
+  const int tc_first = fcl_first_tc(first_tcs, sizeof first_tcs / sizeof first_tcs[0], head_dim);
   /* First pass: work-groups a multiple of the device's preferred multiple (whole warps or wavefronts);
      second pass: anything that fits, so a small device still gets a plan. */
   const size_t multiple = caps->preferred_multiple ? caps->preferred_multiple : 1;
@@ -123,10 +118,10 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
   for (int tc = tc_first; tc >= 1; tc /= 2)
     for (int tr = 128 / tc; tr >= 1; tr /= 2)
       for (int pad = 1; pad >= 0; --pad)
-        for (size_t i = 0; i < sizeof item_blocks / sizeof item_blocks[0]; ++i) {
+        for (int i = 0; i < FCL_ITEM_BLOCKS; ++i) {
           fcl_tile_plan p;
           if ((whole && (size_t)(tr * tc) % multiple) ||
-              fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, item_blocks[i].rm, item_blocks[i].rn, pad,
+              fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, tr, tc, fcl_item_blocks[i].rm, fcl_item_blocks[i].rn, pad,
                                      -1, &p))
             continue;
           /* Registers: the last resort (one work-item, one row) is allowed to exceed the budget. */
@@ -155,12 +150,12 @@ int fcl_forward_packs(const fcl_problem *p) { return p->group > 1 && p->nq * p->
 
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
                     const fcl_tile_plan *t) {
+  if (ov->forward_splits) return ov->forward_splits;
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double cus = caps->compute_units ? caps->compute_units : 1;
   /* The keys one block of br rows can see: all of them, or its window's span. */
   const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
-  if (ov->forward_splits) return ov->forward_splits;
   if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
        loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a

@@ -34,21 +34,7 @@ size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
 /* A search from the largest tiles down, tc from the row of this table that applies to head_dim (the first with
    head_dim <= max_head_dim) down to 1; tc sets each work-item's head_dim columns (dn = dp / tc). The rows are the
    forward's, except that head_dim 64 starts at 16 (no measurement of the backward's choice is recorded). */
-static const struct {
-  int max_head_dim, tc;
-} first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}};
-
-static int first_tc(int head_dim) {
-  const size_t n = sizeof first_tcs / sizeof first_tcs[0];
-  for (size_t i = 0; i < n; ++i)
-    if (head_dim <= first_tcs[i].max_head_dim) return first_tcs[i].tc;
-  return first_tcs[n - 1].tc;
-}
-
-/* The (rm owned rows, rn streamed rows) of each work-item the search tries for each (tr, tc), largest first. */
-static const struct {
-  int rm, rn;
-} item_blocks[] = {{4, 4}, {4, 2}, {2, 4}, {2, 2}, {4, 1}, {1, 4}, {2, 1}, {1, 2}, {1, 1}};
+static const fcl_tc_row first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}};
 
 /* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit). */
 static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
@@ -64,14 +50,14 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
   const int accumulators = which == FCL_BWD_DKDV ? 2 : 1; /* dK and dV, or dQ */
 
   for (int pass = 0; pass < 2; ++pass) {
-    for (int tc = first_tc(head_dim); tc >= 1; tc /= 2) {
+    for (int tc = fcl_first_tc(first_tcs, sizeof first_tcs / sizeof first_tcs[0], head_dim); tc >= 1; tc /= 2) {
       /* The kernels read rows four floats at a time: dp is a multiple of 4 and of tc. */
       const int unit = tc > 4 ? tc : 4;
       const int dp = (head_dim + unit - 1) / unit * unit;
       for (int tr = 128 / tc; tr >= 1; tr /= 2) {
         if ((size_t)tr * tc > max_wg) continue;
         for (int pad = 1; pad >= 0; --pad) {
-          for (size_t i = 0; i < sizeof item_blocks / sizeof item_blocks[0]; ++i) {
+          for (int i = 0; i < FCL_ITEM_BLOCKS; ++i) { /* rm owned rows, rn streamed rows */
             fcl_tile_plan p = *out;
             p.tc = tc;
             p.tr = tr;
@@ -79,8 +65,8 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
             p.dn = dp / tc;
             /* ds = 4 mod 8 puts consecutive rows' float4s in distinct banks. */
             p.ds = dp + (pad && dp % 8 == 0 ? 4 : 0);
-            p.rm = item_blocks[i].rm;
-            p.rn = item_blocks[i].rn;
+            p.rm = fcl_item_blocks[i].rm;
+            p.rn = fcl_item_blocks[i].rn;
             if ((tc * p.rn) % 4 != 0) continue; /* streamed rows: P and dS rows are read as float4 */
             if (which == FCL_BWD_DKDV) {
               p.bc = tr * p.rm; /* key rows owned */
