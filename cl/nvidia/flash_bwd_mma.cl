@@ -75,6 +75,18 @@ inline void fcl_load_rows(__local ushort *dst, __global const store_t *src, long
   }
 }
 
+/* The float32 recomputation's two dot products over D: *x = q.k, *y = dO.v (rows of the tensors). */
+inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __global const store_t *o,
+                     __global const store_t *v, float *x, float *y) {
+  float a = 0.0f, c = 0.0f;
+  for (int d = 0; d < D; ++d) {
+    a = fma(LOAD(q, d), LOAD(k, d), a);
+    c = fma(LOAD(o, d), LOAD(v, d), c);
+  }
+  *x = a;
+  *y = c;
+}
+
 /* P and dS of one (row, key) from the raw score s = q.k and dp = dO.v through the mask layer of mods (a
    pointer), exactly as flash_bwd.cl's BWD_P_DS: hidden entries (and a row that saw nothing, L = -inf) get
    P = dS = 0. L = lse log2(e), Dv the row's rowsum(dO * O). The kernel defines qk_scale, nq and nk. */
@@ -187,11 +199,11 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   if (k0 >= seq.k_rows) return;
   const int nq = seq.nq, nk = seq.nk;
   const bool poisoned = seq.bad || seq.skip;
-  const long kbase = k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
-  const long vbase = v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
-  const long qbase0 = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb); /* + h q_sh */
-  const long obase0 = o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb); /* + h o_sh */
-#define LBASE(h_) (VARLEN_Q ? (long)(h_) * total_q + seq.q_row : ((long)b * num_heads + (h_)) * nq_max)
+  const long kbase = fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn);
+  const long vbase = fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
+  const long qbase0 = fcl_query_base(&seq, b, 0, q_off, q_sb, q_sh, q_sn); /* + h q_sh */
+  const long obase0 = fcl_query_base(&seq, b, 0, o_off, o_sb, o_sh, o_sn); /* + h o_sh */
+#define LBASE(h_) fcl_lse_base(&seq, b, h_, num_heads, nq_max, total_q)
 
   /* The query rows that see some key of the block (the window does not depend on the head), in steps of BN,
      for each query head of the group in order. */
@@ -339,11 +351,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
         const int r_end = fcl_row_end(&rm, key, nq);
         for (int row = fcl_row_begin(&rm, key); row < r_end; ++row) {
           __global const store_t *qr = qh + (long)row * q_sn, *orow = oh + (long)row * o_sn;
-          float x = 0.0f, y = 0.0f;
-          for (int d = 0; d < D; ++d) {
-            x = fma(LOAD(qr, d), LOAD(kr, d), x);
-            y = fma(LOAD(orow, d), LOAD(vr, d), y);
-          }
+          float x, y;
+          fcl_dot2(qr, kr, orow, vr, &x, &y);
           float p, ds;
           MMA_P_DS(p, ds, &rm, x, y, row, key, lse[lb + row] * FCL_LOG2E, dvec[lb + row]);
           if (p != 0.0f)
@@ -417,11 +426,11 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   FCL_SEQ_INIT(seq, b, nq_max, nk_max);
   const int nq = seq.nq, nk = seq.nk;
   if (q0 >= nq) return;
-  const long qbase = q_off + (VARLEN_Q ? seq.q_row * q_sn : b * q_sb) + h * q_sh;
-  const long obase = o_off + (VARLEN_Q ? seq.q_row * o_sn : b * o_sb) + h * o_sh;
-  __global const store_t *kh = k + k_off + (KV == 0 ? b * k_sb : seq.k_row * k_sn) + hk * k_sh;
-  __global const store_t *vh = v + v_off + (KV == 0 ? b * v_sb : seq.k_row * v_sn) + hk * v_sh;
-  const long lbase = VARLEN_Q ? (long)h * total_q + seq.q_row : ((long)b * num_heads + h) * nq_max;
+  const long qbase = fcl_query_base(&seq, b, h, q_off, q_sb, q_sh, q_sn);
+  const long obase = fcl_query_base(&seq, b, h, o_off, o_sb, o_sh, o_sn);
+  __global const store_t *kh = k + fcl_key_base(&seq, b, hk, k_off, k_sb, k_sh, k_sn);
+  __global const store_t *vh = v + fcl_key_base(&seq, b, hk, v_off, v_sb, v_sh, v_sn);
+  const long lbase = fcl_lse_base(&seq, b, h, num_heads, nq_max, total_q);
 
   fcl_mods mods;
   FCL_MODS_INIT(mods, b, h, nq, nk);
@@ -553,12 +562,9 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       __global const store_t *qr = q + qbase + (long)row * q_sn, *orow = d_o + obase + (long)row * o_sn;
       const float L = lse[lbase + row] * FCL_LOG2E, Dv = dvec[lbase + row];
       for (int c = kv_begin; c < kv_end; ++c) {
-        __global const store_t *kr = kh + (long)c * k_sn, *vr = vh + (long)c * v_sn;
-        float x = 0.0f, y = 0.0f;
-        for (int d = 0; d < D; ++d) {
-          x = fma(LOAD(qr, d), LOAD(kr, d), x);
-          y = fma(LOAD(orow, d), LOAD(vr, d), y);
-        }
+        __global const store_t *kr = kh + (long)c * k_sn;
+        float x, y;
+        fcl_dot2(qr, kr, orow, vh + (long)c * v_sn, &x, &y);
         float p, ds;
         MMA_P_DS(p, ds, &mods, x, y, row, c, L, Dv);
         if (ds != 0.0f)
