@@ -72,6 +72,9 @@ typedef struct fcl_plan_overrides {
   /* FLASHCL_BACKWARD_SHAPE: the tensor-core backward's first shapes, used where they fit: dK/dV warps and query
      rows a step, dQ warps and keys a tile (0: none) */
   int backward_shape[4];
+  /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
+     warp, key-tile rows, Q tile in local memory (warps 0: none) */
+  int forward_mma_shape[4];
 } fcl_plan_overrides;
 
 void fcl_read_plan_overrides(fcl_plan_overrides *out);
@@ -81,6 +84,9 @@ int fcl_parse_forward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys": 0 when it is four integers, warps
    1..8 and rows or keys multiples of 16 in 16..128, else -1 and shape untouched. */
 int fcl_parse_backward_shape(const char *text, int shape[4]);
+/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem": 0 when it is four integers, warps 1..8, tiles
+   1..4, keys a multiple of 16 in 16..128 and qsmem 0 or 1, else -1 and shape untouched. */
+int fcl_parse_forward_mma_shape(const char *text, int shape[4]);
 
 /* ---- loop_budget.c: the per-work-item loop budget and the profiling clock, measured once ---- */
 

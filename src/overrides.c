@@ -1,4 +1,5 @@
-/* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS, FLASHCL_BACKWARD_SHAPE): read
+/* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_MMA_SHAPE, FLASHCL_FORWARD_SPLITS,
+ * FLASHCL_BACKWARD_SHAPE): read
  * from the environment once per context, kept apart from the device's capabilities, and given to every planner
  * beside them. */
 #include "internal.h"
@@ -47,11 +48,23 @@ int fcl_parse_backward_shape(const char *text, int shape[4]) {
   return 0;
 }
 
+int fcl_parse_forward_mma_shape(const char *text, int shape[4]) {
+  static const long lo[4] = {1, 1, 16, 0}, hi[4] = {8, 4, 128, 1}, step[4] = {1, 1, 16, 1};
+  int v[4];
+  if (parse_list(text, v, 4, lo, hi, step) != 4) return -1;
+  memcpy(shape, v, sizeof v);
+  return 0;
+}
+
 void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   memset(out, 0, sizeof *out);
   /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
   const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
   if (shape) (void)fcl_parse_forward_shape(shape, out->forward_shape);
+  /* FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem: the tensor-core forward's first shape; anything else is
+     ignored. */
+  const char *mshape = getenv("FLASHCL_FORWARD_MMA_SHAPE");
+  if (mshape) (void)fcl_parse_forward_mma_shape(mshape, out->forward_mma_shape);
   /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
   const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
   if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) out->forward_splits = atoi(splits);

@@ -111,8 +111,12 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;
   }
+  /* FLASHCL_FORWARD_MMA_SHAPE (development) replaces the first shape; the fallbacks follow where it does not fit. */
+  const int *ms = ov->forward_mma_shape;
+  if (ms[0]) first = (nvidia_forward_shape){ms[0], ms[1], ms[2], ms[3]};
   int found = 0;
-  for (size_t i = 0; i <= sizeof forward_fallbacks / sizeof forward_fallbacks[0] && !found; ++i) {
+  size_t i = 0;
+  for (; i <= sizeof forward_fallbacks / sizeof forward_fallbacks[0] && !found; ++i) {
     const nvidia_forward_shape *sh = i == 0 ? &first : &forward_fallbacks[i - 1];
     t.tr = sh->warps;
     t.tc = 32;
@@ -131,10 +135,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
-           "%d-key tiles%s, Q in %s, %zu B local",
+           "%d-key tiles%s, Q in %s, %zu B local%s",
            caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
-           t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes);
+           t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes,
+           ms[0] && i == 1 ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;
 #undef DECLINE

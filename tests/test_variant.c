@@ -121,6 +121,29 @@ static void planner_cases(void) {
   r = fcl_plan_nvidia_forward(&small, &no_overrides, &p, 0, NULL, &t);
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
+  /* FLASHCL_FORWARD_MMA_SHAPE: its shape first, said in the reason; one that does not fit gives way to the
+     fallbacks; malformed or out-of-range text is refused by the parser. */
+  fcl_plan_overrides ov;
+  memset(&ov, 0, sizeof ov);
+  check(fcl_parse_forward_mma_shape("4,1,32,0", ov.forward_mma_shape) == 0 && ov.forward_mma_shape[2] == 32,
+        "FLASHCL_FORWARD_MMA_SHAPE=4,1,32,0 parsed");
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
+  check(r == 0 && t.tr == 4 && t.rm == 1 && t.bc == 32 && t.qsmem == 0 && t.br == 64 &&
+            strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
+        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,1,32,0: %d warps x %d tiles, %d keys: %s", t.tr, t.rm, t.bc,
+        t.reason);
+  check(fcl_parse_forward_mma_shape("8,4,128,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 parsed");
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
+  check(r == 0 && t.local_bytes <= nv.local_mem_size && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
+        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the fallbacks, %s", t.reason);
+  static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,0",
+                                        "x", ""};
+  for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
+    int shape[4] = {7, 7, 7, 7};
+    check(fcl_parse_forward_mma_shape(bad_mma[i], shape) != 0 && shape[0] == 7,
+          "FLASHCL_FORWARD_MMA_SHAPE=\"%s\" refused, shape untouched", bad_mma[i]);
+  }
+
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
      for up to 16 rows), the keys split to fill the device with about four warps a unit in chunks of at least
      four tiles (the counts the H200's sweep found best or near it); no packing without GQA or with many query

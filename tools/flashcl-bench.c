@@ -91,6 +91,7 @@ typedef struct result {
   size_t extra_bytes;
   char kernel[64]; /* flash: the forward's variant and split-KV chunks (fcl_describe_plan) */
   int splits;
+  const char *plan; /* flash, backward: why the variant and its tiles were chosen (fcl_plan_info.reason) */
   const char *timer;
   double max_diff; /* reference rows: max |O_flash - O_reference| when both ran; < 0: not compared */
 } result;
@@ -547,6 +548,7 @@ typedef struct tensors {
   cl_mem cu_q, cu_k, seqlens_k, table; /* the int32 index buffers desc names */
   size_t o_elems; /* elements of o (and o_ref) */
   fcl_plan_info forward; /* the flash forward's plan (fcl_describe_plan): its variant and split-KV chunks */
+  fcl_plan_info backward; /* the backward's plan, when --impl has backward */
 } tensors;
 
 /* The batch for one row of results: sequence b attends with nq[b] query rows (--seqlen-q, else nk[b]) to
@@ -792,8 +794,12 @@ static void measure(bench *b, int impl, const fcl_attention_desc *desc, const ba
   r->max_diff = -1;
   r->timer = "events";
   if (impl == IMPL_REFERENCE) r->extra_bytes = fcl_reference_scratch_bytes(b->fcl, desc);
-  if (impl == IMPL_BACKWARD) r->extra_bytes = fcl_attention_backward_workspace_size(b->fcl, desc);
+  if (impl == IMPL_BACKWARD) {
+    r->extra_bytes = fcl_attention_backward_workspace_size(b->fcl, desc);
+    r->plan = t->backward.reason;
+  }
   if (impl == IMPL_FLASH) {
+    r->plan = t->forward.reason;
     r->extra_bytes = fcl_attention_forward_workspace_size(b->fcl, desc); /* split-KV partials */
     snprintf(r->kernel, sizeof r->kernel, "%s", t->forward.kernel);
     r->splits = t->forward.splits;
@@ -926,6 +932,10 @@ static void print_result(const bench *b, int impl, const batch_lengths *len, con
              "\"timer\":\"%s\"",
              r->median_ms, r->min_ms, r->max_ms, r->tflops, r->kv_gbps, r->extra_bytes, r->timer);
     if (r->max_diff >= 0) printf(",\"max_abs_diff_vs_flash\":%.3g", r->max_diff);
+    if (r->plan && r->plan[0]) {
+      printf(",\"plan\":");
+      json_string(r->plan);
+    }
     if (!r->ok) {
       printf(",\"message\":");
       json_string(r->message);
@@ -978,7 +988,9 @@ static cl_int alloc_tensors(bench *b, const fcl_attention_desc *desc, const int 
   if (impl[IMPL_REFERENCE] && !(t->o_ref = make_buffer(b, qn, o->dtype, 0, &err))) return err;
   memset(&t->forward, 0, sizeof t->forward);
   if (fcl_describe_plan(b->fcl, FCL_OP_FORWARD, desc, &t->forward) != FCL_SUCCESS) t->forward.splits = 1;
+  memset(&t->backward, 0, sizeof t->backward);
   if (impl[IMPL_BACKWARD]) {
+    (void)fcl_describe_plan(b->fcl, FCL_OP_BACKWARD, desc, &t->backward);
     const size_t ws = fcl_attention_backward_workspace_size(b->fcl, desc);
     if (!(t->d_o = make_buffer(b, qn, o->dtype, 1, &err)) || !(t->dq = make_buffer(b, qn, o->dtype, 0, &err)) ||
         !(t->dk = make_buffer(b, kn, o->dtype, 0, &err)) || !(t->dv = make_buffer(b, kn, o->dtype, 0, &err)))
