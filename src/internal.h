@@ -73,8 +73,8 @@ typedef struct fcl_plan_overrides {
      rows a step, dQ warps and keys a tile (0: none) */
   int backward_shape[4];
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
-     warp, key-tile rows, Q tile in local memory (warps 0: none) */
-  int forward_mma_shape[4];
+     warp, key-tile rows, Q tile in local memory, a second K tile (warps 0: none) */
+  int forward_mma_shape[5];
 } fcl_plan_overrides;
 
 void fcl_read_plan_overrides(fcl_plan_overrides *out);
@@ -84,9 +84,10 @@ int fcl_parse_forward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys": 0 when it is four integers, warps
    1..8 and rows or keys multiples of 16 in 16..128, else -1 and shape untouched. */
 int fcl_parse_backward_shape(const char *text, int shape[4]);
-/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem": 0 when it is four integers, warps 1..8, tiles
-   1..4, keys a multiple of 16 in 16..128 and qsmem 0 or 1, else -1 and shape untouched. */
-int fcl_parse_forward_mma_shape(const char *text, int shape[4]);
+/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,kdb]": 0 when it is four or five integers, warps
+   1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem and kdb 0 or 1 (kdb 0 when absent), else -1 and
+   shape untouched. */
+int fcl_parse_forward_mma_shape(const char *text, int shape[5]);
 
 /* ---- loop_budget.c: the per-work-item loop budget and the profiling clock, measured once ---- */
 

@@ -32,29 +32,30 @@ static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
 
 /* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
 
-/* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers). */
+/* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers), a
+   second K tile (kdb: K(j+1) loads during all of iteration j). */
 typedef struct nvidia_forward_shape {
-  int warps, tiles, keys, qsmem;
+  int warps, tiles, keys, qsmem, kdb;
 } nvidia_forward_shape;
 
 /* The first shape by head_dim, from the measurements in docs/notes-nvidia.md (H200): 32 query rows a warp
    halve the ldmatrix bytes per mma against 16, and with the Q tile in local memory instead of registers that
    fits 255 registers without spilling. The first row that applies is taken; the planner has declined head_dims
-   above 256. */
+   above 256. None takes a second K tile: it measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). */
 static const struct {
   int max_head_dim;
   int causal_max_rows; /* > 0: only for causal problems of at most this many query rows */
   nvidia_forward_shape shape;
 } forward_defaults[] = {
-    {64, 0, {4, 2, 64, 1}},     /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
+    {64, 0, {4, 2, 64, 1, 0}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
-    {128, 2048, {4, 1, 64, 0}},
-    {128, 0, {2, 2, 32, 1}},    /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB) */
-    {256, 0, {4, 1, 32, 0}},    /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+    {128, 2048, {4, 1, 64, 0, 0}},
+    {128, 0, {2, 2, 32, 1, 0}},  /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB) */
+    {256, 0, {4, 1, 32, 0, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
 /* Then smaller shapes for devices with less local memory, in this order. */
-static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0}, {4, 1, 16, 0}, {2, 1, 16, 0}};
+static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 0}, {4, 1, 16, 0, 0}, {2, 1, 16, 0, 0}};
 
 static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
@@ -113,7 +114,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   }
   /* FLASHCL_FORWARD_MMA_SHAPE (development) replaces the first shape; the fallbacks follow where it does not fit. */
   const int *ms = ov->forward_mma_shape;
-  if (ms[0]) first = (nvidia_forward_shape){ms[0], ms[1], ms[2], ms[3]};
+  if (ms[0]) first = (nvidia_forward_shape){ms[0], ms[1], ms[2], ms[3], p->block_table ? 0 : ms[4]};
   int found = 0;
   size_t i = 0;
   for (; i <= sizeof forward_fallbacks / sizeof forward_fallbacks[0] && !found; ++i) {
@@ -124,14 +125,12 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.rm = sh->tiles;
     t.bc = sh->keys;
     t.qsmem = sh->qsmem;
+    t.kdb = sh->kdb;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
-  /* One K tile: a second one (kdb, K(j+1) loading during a whole iteration) measured 1-5% slower on the
-     H200 (docs/notes-nvidia.md, v5), so the kernel keeps it as an option only. */
-  t.kdb = 0;
   t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "

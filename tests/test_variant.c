@@ -136,10 +136,16 @@ static void planner_cases(void) {
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
   check(r == 0 && t.local_bytes <= nv.local_mem_size && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the fallbacks, %s", t.reason);
-  static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,0",
-                                        "x", ""};
+  check(fcl_parse_forward_mma_shape("4,2,64,0,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1 parsed");
+  fcl_problem p64 = problem(64, FCL_DTYPE_F16, 0);
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.kdb == 1 &&
+            t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && strstr(t.reason, "K double-buffered"),
+        "planner, head_dim 64, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1: a second K tile, %zu B: %s", t.local_bytes, t.reason);
+  static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,2",
+                                        "4,1,32,0,0,0", "x", ""};
   for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
-    int shape[4] = {7, 7, 7, 7};
+    int shape[5] = {7, 7, 7, 7, 7};
     check(fcl_parse_forward_mma_shape(bad_mma[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_FORWARD_MMA_SHAPE=\"%s\" refused, shape untouched", bad_mma[i]);
   }
