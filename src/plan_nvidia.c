@@ -53,9 +53,9 @@ static const struct {
     {64, 0, {4, 2, 64, 1, 0}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
     {128, 2048, {4, 1, 64, 0, 0}},
-    /* 2 warps x 2 tiles (64 rows), 48-key tiles (Q 17 KiB + K,V 26 KiB of 48 KiB): 3% faster than 32-key tiles
-       at N = 4096 not causal, within 1% elsewhere (v12) */
-    {128, 0, {2, 2, 48, 1, 0}},
+    /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB); 48-key tiles ran up to 3%
+       faster but spill 24-128 bytes at head_dim 128 (v12) */
+    {128, 0, {2, 2, 32, 1, 0}},
     {256, 0, {4, 1, 32, 0, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 

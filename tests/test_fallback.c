@@ -102,13 +102,15 @@ int main(void) {
     check(0, "writing the kernel sources to a temporary directory");
     return test_summary("test_fallback");
   }
+  /* Sources are read when a kernel is built, so the folder stays in force until the end; its portable sources
+     are the embedded ones, so the plain context builds the same kernels from it. */
   setenv("FLASHCL_KERNEL_DIR", dir, 1);
   fcl_context *faked = NULL;
   fcl_context_options opts = {"", "", 0}; /* no disk cache: the broken sources must be built, not loaded */
   fcl_status st = fcl_context_create(env.context, env.device, &opts, &faked);
-  unsetenv("FLASHCL_KERNEL_DIR");
   check(st == FCL_SUCCESS, "context with the broken tensor-core sources: %s", fcl_status_string(st));
   if (st) {
+    unsetenv("FLASHCL_KERNEL_DIR");
     remove_sources(dir);
     return test_summary("test_fallback");
   }
@@ -168,6 +170,7 @@ int main(void) {
   if (lse1) clReleaseMemObject(lse1);
   if (lse2) clReleaseMemObject(lse2);
   fcl_context_release(faked);
+  unsetenv("FLASHCL_KERNEL_DIR");
   remove_sources(dir);
   const int rc = test_summary("test_fallback");
   test_close(&env);
