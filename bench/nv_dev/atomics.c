@@ -1,0 +1,103 @@
+/* How long the atomic adds of an accumulated dQ take on their own (docs/notes-nvidia.md, v12: whether
+ * FlashAttention-2's dQ-by-atomics scheme can pay at the key blocks 48 KiB allows). Times bench/nv_dev/atomics.cl
+ * at f32 dQ of B*H heads, seqlen N, head_dim 128, for key blocks of 16, 32 and 128 keys (flashcl's dK/dV warp,
+ * its work-group, FlashAttention-2's), one float or four an instruction; OpenCL events, median of 5 after one
+ * warm-up, and a check that every add landed. Not part of the library.
+ * Build (GPU machine, repository root):  gcc -O2 bench/nv_dev/atomics.c -lOpenCL -o atomics
+ * Run:  ./atomics [N [heads]]   (defaults 4096 and 64, B=4 x H=16) */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
+    text[fread(text, 1, (size_t)n, f)] = '\0';
+  fclose(f);
+  return text;
+}
+
+static int cmpd(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  const int n = argc > 1 ? atoi(argv[1]) : 4096, heads = argc > 2 ? atoi(argv[2]) : 64, d = 128;
+  cl_platform_id platforms[8];
+  cl_uint np = 0;
+  cl_device_id dev = NULL;
+  if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
+  for (cl_uint i = 0; i < np && !dev; ++i)
+    if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
+  char *src = slurp("bench/nv_dev/atomics.cl");
+  if (!dev || !src) {
+    fprintf(stderr, "%s\n", dev ? "run from the repository root (bench/nv_dev/atomics.cl)" : "no OpenCL GPU");
+    return 1;
+  }
+  cl_int err;
+  cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  cl_command_queue q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  const size_t elems = (size_t)heads * n * d;
+  cl_mem dq = clCreateBuffer(ctx, CL_MEM_READ_WRITE, elems * sizeof(float), NULL, &err);
+  float *host = malloc(elems * sizeof(float));
+  if (err != CL_SUCCESS || !host) {
+    fprintf(stderr, "buffer of %zu floats: %d\n", elems, err);
+    return 1;
+  }
+  /* keys a work-group, query rows a step, work-items: flashcl's dK/dV warp (16 keys, 16 rows), its
+     work-group after adding its two warps' parts in local memory (32, 16), FlashAttention-2's (128, 64). */
+  static const int cfg[][3] = {{16, 16, 32}, {32, 16, 64}, {128, 64, 256}};
+  printf("N=%d heads=%d d=%d: ms (median of 5), G red instructions/s, instructions, every add landed\n", n, heads, d);
+  for (int vec = 1; vec <= 4; vec += 3)
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; ++c) {
+      const int keys = cfg[c][0], rows = cfg[c][1], wg = cfg[c][2];
+      char opts[128];
+      snprintf(opts, sizeof opts, "-DD=%d -DROWS=%d -DVEC=%d", d, rows, vec);
+      cl_program p = clCreateProgramWithSource(ctx, 1, (const char **)&src, NULL, &err);
+      if (clBuildProgram(p, 1, &dev, opts, NULL, NULL) != CL_SUCCESS) {
+        char log[4096] = "";
+        clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+        printf("keys %3d rows %2d vec %d: build failed: %.300s\n", keys, rows, vec, log);
+        clReleaseProgram(p);
+        continue;
+      }
+      cl_kernel k = clCreateKernel(p, "dq_atomics", &err);
+      clSetKernelArg(k, 0, sizeof dq, &dq);
+      clSetKernelArg(k, 1, sizeof n, &n);
+      const size_t global[2] = {(size_t)(n / keys) * wg, (size_t)heads}, local[2] = {(size_t)wg, 1};
+      double t[6];
+      int landed = 1;
+      for (int it = 0; it < 6; ++it) {
+        const float zero = 0.0f;
+        clEnqueueFillBuffer(q, dq, &zero, sizeof zero, 0, elems * sizeof(float), 0, NULL, NULL);
+        cl_event e;
+        clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, &e);
+        clWaitForEvents(1, &e);
+        cl_ulong a, b;
+        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
+        t[it] = (double)(b - a) * 1e-6;
+        clReleaseEvent(e);
+        if (it == 5) {
+          clEnqueueReadBuffer(q, dq, CL_TRUE, 0, elems * sizeof(float), host, 0, NULL, NULL);
+          const float want = (float)(n / keys) / 1024.0f;
+          for (size_t i = 0; i < elems && landed; ++i) landed = host[i] == want;
+        }
+      }
+      qsort(t + 1, 5, sizeof t[0], cmpd);
+      const double adds = (double)heads * (n / keys) * n * d / vec;
+      printf("keys %3d rows %2d vec %d: %8.3f ms %7.1f G/s %.3g adds %s\n", keys, rows, vec, t[3], adds / t[3] * 1e-6,
+             adds, landed ? "yes" : "NO");
+      clReleaseKernel(k);
+      clReleaseProgram(p);
+    }
+  free(host);
+  return 0;
+}
