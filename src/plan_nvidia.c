@@ -118,13 +118,14 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;
   }
-  /* FLASHCL_FORWARD_MMA_SHAPE (development) replaces the first shape; the fallbacks follow where it does not fit. */
+  /* FLASHCL_FORWARD_MMA_SHAPE (development) is tried before that shape (never with a second K tile for paged
+     keys, whose rows are resolved a tile at a time); where it does not fit, the default plan follows. */
   const int *ms = ov->forward_mma_shape;
-  if (ms[0]) first = (nvidia_forward_shape){ms[0], ms[1], ms[2], ms[3], p->block_table ? 0 : ms[4]};
-  int found = 0;
-  size_t i = 0;
-  for (; i <= sizeof forward_fallbacks / sizeof forward_fallbacks[0] && !found; ++i) {
-    const nvidia_forward_shape *sh = i == 0 ? &first : &forward_fallbacks[i - 1];
+  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table ? 0 : ms[4]};
+  const size_t nfall = sizeof forward_fallbacks / sizeof forward_fallbacks[0];
+  int found = 0, took_forced = 0;
+  for (size_t i = ms[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
+    const nvidia_forward_shape *sh = i == 0 ? &forced : i == 1 ? &first : &forward_fallbacks[i - 2];
     t.tr = sh->warps;
     t.tc = 32;
     t.wg = t.tr * 32;
@@ -135,6 +136,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
+    took_forced = found && i == 0;
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);
@@ -144,7 +146,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
            caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
            t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes,
-           ms[0] && i == 1 ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
+           took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;
 #undef DECLINE
@@ -227,10 +229,10 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
   const nvidia_backward_default *first = backward_default(p);
-  /* FLASHCL_BACKWARD_SHAPE (development) replaces the first shapes; the fallbacks follow where it does not fit. */
+  /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
   const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1]}, {bs[2], bs[3]}};
-  if (bs[0]) first = &forced;
+  const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
@@ -241,11 +243,11 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     t.tc = 32;
     t.rm = 1;
     t.splits = 1;
-    int found = 0;
-    size_t i = 0;
-    for (; i <= sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0] && !found; ++i) {
-      const nvidia_backward_shape *sh = i > 0 ? &backward_fallbacks[which][i - 1]
-                                        : which == FCL_BWD_DKDV ? &first->dkdv : &first->dq;
+    int found = 0, took_forced = 0;
+    for (size_t i = bs[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
+      const nvidia_backward_default *shapes = i == 0 ? &forced : first;
+      const nvidia_backward_shape *sh = i > 1 ? &backward_fallbacks[which][i - 2]
+                                        : which == FCL_BWD_DKDV ? &shapes->dkdv : &shapes->dq;
       t.tr = sh->warps;
       t.wg = t.tr * 32;
       if (which == FCL_BWD_DKDV) {
@@ -257,6 +259,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
       }
       t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which);
       found = fits(caps, t.local_bytes, t.wg);
+      took_forced = found && i == 0;
     }
     if (!found) DECLINE("tensor-core backward: %zu B of local memory is too little", (size_t)caps->local_mem_size);
     if (which == FCL_BWD_DKDV)
@@ -264,10 +267,10 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
                "tensor-core backward (mma.sync m16n8k16) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
                "%d query rows a step, %zu B local%s",
                caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br, t.local_bytes,
-               bs[0] && i == 1 ? " (FLASHCL_BACKWARD_SHAPE)" : "");
+               took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
       snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,
-               t.local_bytes, bs[0] && i == 1 ? " (FLASHCL_BACKWARD_SHAPE)" : "");
+               t.local_bytes, took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     out[which] = t;
   }
   return 0;

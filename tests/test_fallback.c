@@ -103,13 +103,17 @@ int main(void) {
     return test_summary("test_fallback");
   }
   /* Sources are read when a kernel is built, so the folder stays in force until the end; its portable sources
-     are the embedded ones, so the plain context builds the same kernels from it. */
+     are the embedded ones. The plain context is portable-only, so that it never tries the vendor variant on a
+     device where the real one would apply. */
   setenv("FLASHCL_KERNEL_DIR", dir, 1);
-  fcl_context *faked = NULL;
+  fcl_context *faked = NULL, *plain = NULL;
   fcl_context_options opts = {"", "", 0}; /* no disk cache: the broken sources must be built, not loaded */
+  const fcl_context_options plain_opts = {"", "", FCL_FLAG_PORTABLE_ONLY};
   fcl_status st = fcl_context_create(env.context, env.device, &opts, &faked);
-  check(st == FCL_SUCCESS, "context with the broken tensor-core sources: %s", fcl_status_string(st));
+  if (st == FCL_SUCCESS) st = fcl_context_create(env.context, env.device, &plain_opts, &plain);
+  check(st == FCL_SUCCESS, "contexts with the broken tensor-core sources: %s", fcl_status_string(st));
   if (st) {
+    fcl_context_release(faked);
     unsetenv("FLASHCL_KERNEL_DIR");
     remove_sources(dir);
     return test_summary("test_fallback");
@@ -146,18 +150,18 @@ int main(void) {
 
     /* The portable kernels run, and give what a context that never tried the tensor-core ones gives. */
     st = fcl_attention_forward(faked, env.queue, &desc, q.buf, k.buf, v.buf, o1.buf, lse1, 0, NULL, NULL);
-    fcl_status st2 = fcl_attention_forward(env.fcl, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, 0, NULL, NULL);
+    fcl_status st2 = fcl_attention_forward(plain, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, 0, NULL, NULL);
     clFinish(env.queue);
     check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && same_bits(&env, o1.buf, o2.buf, o1.elems * 2) &&
               same_bits(&env, lse1, lse2, (size_t)(B * H * N) * sizeof(float)),
           "forward after the fallback: bitwise the plain context's O and lse (%s, %s)", fcl_status_string(st),
           fcl_status_string(st2));
-    size_t ws = fcl_attention_backward_workspace_size(env.fcl, &desc);
+    size_t ws = fcl_attention_backward_workspace_size(plain, &desc);
     cl_int err;
     cl_mem work = clCreateBuffer(env.context, CL_MEM_READ_WRITE, ws ? ws : 4, NULL, &err);
     st = fcl_attention_backward(faked, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, dout.buf, dq1.buf, dk1.buf,
                                 dv1.buf, work, 0, NULL, NULL);
-    st2 = fcl_attention_backward(env.fcl, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, dout.buf, dq2.buf,
+    st2 = fcl_attention_backward(plain, env.queue, &desc, q.buf, k.buf, v.buf, o2.buf, lse2, dout.buf, dq2.buf,
                                  dk2.buf, dv2.buf, work, 0, NULL, NULL);
     clFinish(env.queue);
     check(st == FCL_SUCCESS && st2 == FCL_SUCCESS && same_bits(&env, dq1.buf, dq2.buf, dq1.elems * 2) &&
@@ -170,6 +174,7 @@ int main(void) {
   if (lse1) clReleaseMemObject(lse1);
   if (lse2) clReleaseMemObject(lse2);
   fcl_context_release(faked);
+  fcl_context_release(plain);
   unsetenv("FLASHCL_KERNEL_DIR");
   remove_sources(dir);
   const int rc = test_summary("test_fallback");

@@ -131,7 +131,7 @@ static void planner_cases(void) {
   check(r != 0 && strlen(t.reason) > 0, "planner: 8 KiB local memory, head_dim 128 declines: %s", t.reason);
 
   /* FLASHCL_FORWARD_MMA_SHAPE: its shape first, said in the reason; one that does not fit gives way to the
-     fallbacks; malformed or out-of-range text is refused by the parser. */
+     default plan; malformed or out-of-range text is refused by the parser. */
   fcl_plan_overrides ov;
   memset(&ov, 0, sizeof ov);
   check(fcl_parse_forward_mma_shape("4,1,32,0", ov.forward_mma_shape) == 0 && ov.forward_mma_shape[2] == 32,
@@ -143,14 +143,21 @@ static void planner_cases(void) {
         t.reason);
   check(fcl_parse_forward_mma_shape("8,4,128,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && t.local_bytes <= nv.local_mem_size && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
-        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the fallbacks, %s", t.reason);
+  check(r == 0 && t.tr == 2 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.local_bytes <= nv.local_mem_size &&
+            !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
+        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the default plan, %s", t.reason);
   check(fcl_parse_forward_mma_shape("4,2,64,0,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1 parsed");
   fcl_problem p64 = problem(64, FCL_DTYPE_F16, 0);
   r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.kdb == 1 &&
-            t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && strstr(t.reason, "K double-buffered"),
+  /* Three 64-key tiles of 72-element rows (K, K, V) in 2-byte elements: 27 648 B, against 18 432 B with one K. */
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.kdb == 1 && t.local_bytes == 27648 &&
+            strstr(t.reason, "K double-buffered"),
         "planner, head_dim 64, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1: a second K tile, %zu B: %s", t.local_bytes, t.reason);
+  /* Paged K/V never takes it: the kernel loads K(j + 1) before that tile's rows are resolved. */
+  p64.block_table = (cl_mem)&nv; /* only tested against NULL by the planner */
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.kdb == 0 && !strstr(t.reason, "K double-buffered"),
+        "planner, head_dim 64, paged K/V, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1: one K tile: %s", t.reason);
   static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,2",
                                         "4,1,32,0,0,0", "x", ""};
   for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
@@ -300,7 +307,7 @@ static void backward_planner_cases(void) {
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
 
   /* FLASHCL_BACKWARD_SHAPE: its shapes first, said in the reason; one that does not fit gives way to the
-     fallbacks; malformed or out-of-range text is refused by the parser. */
+     default shapes; malformed or out-of-range text is refused by the parser. */
   fcl_plan_overrides ov;
   memset(&ov, 0, sizeof ov);
   check(fcl_parse_backward_shape("3,16,2,32", ov.backward_shape) == 0 && ov.backward_shape[0] == 3 &&
@@ -316,9 +323,11 @@ static void backward_planner_cases(void) {
   check(fcl_parse_backward_shape("8,128,8,128", big) == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
   memcpy(ov.backward_shape, big, sizeof big);
   r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
-  check(r == 0 && t[0].local_bytes + 16 <= nv.local_mem_size && t[1].local_bytes + 16 <= nv.local_mem_size &&
-            !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE"),
-        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the fallbacks, %s",
+  /* The default shapes at head_dim 128: dK/dV 2 warps, 16 rows a step; dQ 4 warps, 32-key tiles. */
+  check(r == 0 && t[0].tr == 2 && t[0].br == 16 && t[1].tr == 4 && t[1].bc == 32 &&
+            t[0].local_bytes + 16 <= nv.local_mem_size && t[1].local_bytes + 16 <= nv.local_mem_size &&
+            !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE") && !strstr(t[1].reason, "FLASHCL_BACKWARD_SHAPE"),
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",
         t[0].reason);
   static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,1", "3,144,2,32",
                                     "x", "", "3,16,2,32,"};

@@ -30,10 +30,15 @@ static int cmpd(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 4096, heads = argc > 2 ? atoi(argv[2]) : 64, d = 128;
+  if (n <= 0 || n % 128 != 0 || heads <= 0) {
+    fprintf(stderr, "N must be a positive multiple of 128 (every key block and step whole), heads positive\n");
+    return 2;
+  }
   cl_platform_id platforms[8];
   cl_uint np = 0;
   cl_device_id dev = NULL;
   if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
+  if (np > 8) np = 8;
   for (cl_uint i = 0; i < np && !dev; ++i)
     if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
   char *src = slurp("bench/nv_dev/atomics.cl");
@@ -78,7 +83,7 @@ int main(int argc, char **argv) {
         const float zero = 0.0f;
         clEnqueueFillBuffer(q, dq, &zero, sizeof zero, 0, elems * sizeof(float), 0, NULL, NULL);
         cl_event e;
-        clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, &e);
+        if ((err = clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, &e)) != CL_SUCCESS) break;
         clWaitForEvents(1, &e);
         cl_ulong a, b;
         clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
@@ -90,6 +95,12 @@ int main(int argc, char **argv) {
           const float want = (float)(n / keys) / 1024.0f;
           for (size_t i = 0; i < elems && landed; ++i) landed = host[i] == want;
         }
+      }
+      if (err != CL_SUCCESS) {
+        printf("keys %3d rows %2d vec %d: launch failed (%d)\n", keys, rows, vec, err);
+        clReleaseKernel(k);
+        clReleaseProgram(p);
+        continue;
       }
       qsort(t + 1, 5, sizeof t[0], cmpd);
       const double adds = (double)heads * (n / keys) * n * d / vec;
