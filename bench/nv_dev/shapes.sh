@@ -1,0 +1,80 @@
+#!/bin/bash
+# Shape sweeps of the tensor-core kernels through the development overrides, without rebuilding
+# (docs/notes-nvidia.md, v12): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,kdb] for the forward and for
+# decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward. Each row prints the
+# median time and the plan that ran (flashcl-bench's "plan"; "forced" when the override was taken, else the
+# default plan's reason: the shape did not fit).
+# usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
+#   [backward] [decode]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT (or /tmp/nv_shapes).
+# Set FORWARD_SHAPES, BACKWARD_SHAPES or DECODE_SHAPES (space-separated; "default" is the planner's own) to
+# time other shapes than v12's, DEVICE for another device than the H200.
+set -uo pipefail
+out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
+cd "$(dirname "$0")/../.." || exit 1
+b=${BUILD:-build-nv-shapes}
+device=${DEVICE:-H200} # flashcl-bench --device: an index or a name substring
+export FLASHCL_CACHE_DIR=${FLASHCL_CACHE_DIR:-/tmp/fcl-cache-shapes}
+{ cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build "$b" -j 16 --target flashcl-bench; } \
+  >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null; date -u
+
+# One JSON line of flashcl-bench into "median (unit) [splits] | plan".
+show() {
+  python3 -c '
+import json, sys
+unit = sys.argv[1]
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if r.get("status") != "ok":
+        print("failed: " + r.get("message", "")[:100]); continue
+    t = r["median_ms"] * (1000 if unit == "us" else 1)
+    plan = r.get("plan", "")
+    tag = "forced" if "_SHAPE)" in plan else plan[:90]
+    print("%9.3f %s%s %6.1f TFLOP/s %6.0f GB/s | %s" % (t, unit, " s%d" % r["splits"] if "splits" in r else "",
+          r["tflops"], r["kv_gbps"], tag))' "$1"
+}
+# run ENV_NAME SHAPE UNIT ARGS...: one flashcl-bench row with the override set (none for "default").
+run() {
+  local name=$1 shape=$2 unit=$3; shift 3
+  if [ "$shape" = default ]; then timeout 60 "$b/tools/flashcl-bench" --json --device "$device" "$@" 2>>"$out/bench.err" | show "$unit"
+  else env "$name=$shape" timeout 60 "$b/tools/flashcl-bench" --json --device "$device" "$@" 2>>"$out/bench.err" | show "$unit"; fi
+}
+
+for step in "$@"; do
+  case $step in
+    forward)
+      for row in "f16 64 16384" "bf16 64 16384" "f16 64 4096" "f16 128 4096" "f16 128 16384"; do
+        set -- $row
+        if [ "$2" = 64 ]; then shapes=${FORWARD_SHAPES:-"default 4,2,64,0 4,2,64,0,1 4,2,64,1,1"}
+        else shapes=${FORWARD_SHAPES:-"default 2,2,48,1 4,1,64,0"}; fi
+        for causal in "" --causal; do
+          for sh in $shapes; do
+            echo "forward $1 d=$2 N=$3 ${causal:-not-causal} $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" ms --batch 4 \
+              --heads 16 --dtype "$1" --head-dim "$2" --seqlen "$3" $causal --impl flash --iters 20 --warmup 3)"
+          done
+        done
+      done ;;
+    backward)
+      for row in "128 4096" "64 4096"; do
+        set -- $row
+        if [ "$1" = 128 ]; then shapes=${BACKWARD_SHAPES:-"default 3,16,4,32 2,16,8,32 2,16,2,32"}
+        else shapes=${BACKWARD_SHAPES:-"default 6,32,4,64 8,16,4,64 4,32,8,64"}; fi
+        for sh in $shapes; do
+          echo "backward f16 d=$1 N=$2 $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 --dtype f16 \
+            --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2)"
+        done
+      done ;;
+    decode)
+      for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
+        set -- $row
+        for sh in ${DECODE_SHAPES:-"default 1,1,48,0,1 1,1,32,0,1 2,1,64,0 4,1,64,0"}; do
+          echo "decode $row $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" us --batch "$1" --heads "$2" --kv-heads "$3" \
+            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
+            --warmup 3)"
+        done
+      done ;;
+    *) echo "unknown step $step (forward, backward, decode)"; exit 2 ;;
+  esac
+done 2>&1 | tee "$out/shapes.log"
