@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-/* No development overrides (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_SPLITS): the planners' own plans. */
+/* No development overrides (fcl_plan_overrides all zero): the planners' own plans. */
 static const fcl_plan_overrides no_overrides;
 
 /* Contiguous q, k, v, o of 2 batches x 4 heads x seqlen rows of head_dim d (offset elements into each buffer).

@@ -5,23 +5,12 @@
  * warm-up, and a check that every add landed. Not part of the library.
  * Build (GPU machine, repository root):  gcc -O2 bench/nv_dev/atomics.c -lOpenCL -o atomics
  * Run:  ./atomics [N [heads]]   (defaults 4096 and 64, B=4 x H=16) */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *text = NULL;
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
-    text[fread(text, 1, (size_t)n, f)] = '\0';
-  fclose(f);
-  return text;
-}
+#include "dev_util.h"
 
 static int cmpd(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -34,14 +23,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "N must be a positive multiple of 128 (every key block and step whole), heads positive\n");
     return 2;
   }
-  cl_platform_id platforms[8];
-  cl_uint np = 0;
-  cl_device_id dev = NULL;
-  if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
-  if (np > 8) np = 8;
-  for (cl_uint i = 0; i < np && !dev; ++i)
-    if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
-  char *src = slurp("bench/nv_dev/atomics.cl");
+  cl_device_id dev = dev_first_gpu();
+  char *src = dev_slurp("bench/nv_dev/atomics.cl");
   if (!dev || !src) {
     fprintf(stderr, "%s\n", dev ? "run from the repository root (bench/nv_dev/atomics.cl)" : "no OpenCL GPU");
     return 1;

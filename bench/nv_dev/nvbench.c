@@ -4,6 +4,7 @@
  *   nvbench bench [rows...]          library forward, all 24 rows (or "dtype:d:n:causal" rows)
  *   nvbench sweep                    configs NW:MT:BC at N=4096 against the library's output */
 #include "internal.h"
+#include "dev_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,19 +60,10 @@ static void open_dev(void) {
   }
 }
 
+/* A source file of the tree, or exit. */
 static char *readf(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc(n + 1);
-  if (fread(s, 1, n, f) != (size_t)n) exit(1);
-  s[n] = 0;
-  fclose(f);
+  char *s = dev_slurp(path);
+  if (!s) exit(1);
   return s;
 }
 

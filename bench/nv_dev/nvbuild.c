@@ -2,36 +2,14 @@
  * build status and log (with -cl-nv-verbose, NVIDIA's compiler reports registers and spills there).
  * usage: nvbuild "OPTIONS" FILE...   (files are concatenated in order, as the library passes them)
  * Exit status: 0 when the build succeeded, 1 otherwise. */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    return NULL;
-  }
-  char *text = NULL;
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
-    text[fread(text, 1, (size_t)n, f)] = '\0';
-  fclose(f);
-  return text;
-}
+#include "dev_util.h"
 
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s \"OPTIONS\" FILE...\n", argv[0]);
     return 2;
   }
-  cl_platform_id platforms[8];
-  cl_uint np = 0;
-  cl_device_id dev = NULL;
-  if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
-  for (cl_uint i = 0; i < np && !dev; ++i)
-    if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
+  cl_device_id dev = dev_first_gpu();
   if (!dev) {
     fprintf(stderr, "no OpenCL GPU\n");
     return 1;
@@ -45,7 +23,7 @@ int main(int argc, char **argv) {
   const char *src[16];
   cl_uint n = 0;
   for (int i = 2; i < argc && n < 16; ++i)
-    if (!(src[n++] = slurp(argv[i]))) return 1;
+    if (!(src[n++] = dev_slurp(argv[i]))) return 1;
   cl_program prog = clCreateProgramWithSource(ctx, n, src, NULL, &err);
   if (err != CL_SUCCESS) {
     fprintf(stderr, "clCreateProgramWithSource: %d\n", err);

@@ -1,0 +1,39 @@
+/* What the standalone GPU development programs of bench/nv_dev share (not part of the library). */
+#ifndef FLASHCL_NV_DEV_UTIL_H
+#define FLASHCL_NV_DEV_UTIL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A whole file as a NUL-terminated string (malloc'd), or NULL with the reason on stderr. */
+static inline char *dev_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    perror(path);
+    return NULL;
+  }
+  char *text = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
+    text[fread(text, 1, (size_t)n, f)] = '\0';
+  fclose(f);
+  return text;
+}
+
+/* The first GPU of the first platform (of at most eight) that has one, or NULL. */
+static inline cl_device_id dev_first_gpu(void) {
+  cl_platform_id platforms[8];
+  cl_uint np = 0;
+  cl_device_id dev = NULL;
+  if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
+  if (np > 8) np = 8;
+  for (cl_uint i = 0; i < np && !dev; ++i)
+    if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
+  return dev;
+}
+
+#endif
