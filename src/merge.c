@@ -7,13 +7,14 @@
 
 static const char *const combine_files[] = {"common.cl", "combine.cl"};
 
-/* Work-items of the combine kernel: up to 64, a power of two the device and kernel admit. */
+/* Work-items of the combine kernel: up to 128 (a column each at head_dim 128), a power of two the device and
+   kernel admit. */
 static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int part_in_dtype, cl_kernel *kernel,
                                  size_t *wg_out) {
   char defines[128];
   snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d%s%s", (int)p->dtype, part_in_dtype, (int)p->d,
            p->sinks ? " -DSINKS=1" : "", p->cu_q ? " -DVARLEN_Q=1" : "");
-  return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 64, kernel, wg_out);
+  return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 128, kernel, wg_out);
 }
 
 fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dtype, cl_uint count,

@@ -97,12 +97,17 @@ static void determinism(test_env *env) {
   tensor_release(&q), tensor_release(&k), tensor_release(&v), tensor_release(&o);
 }
 
-/* The forward over all keys against fcl_attention_merge of forwards over three disjoint key ranges. Not
-   causal and no position-dependent modifier (a key range's rows would be aligned differently); sinks are
-   left out of the parts and added by the merge. */
-static void merge_property(test_env *env, fcl_dtype dt, int with_sinks) {
+/* The forward over all keys against fcl_attention_merge of forwards over disjoint key ranges: three
+   ([0,123) [123,124) [124,700), one part of a single key), or `many` of nearly equal length (more parts than
+   the combine's work-group, so it takes them in several chunks). One more part that saw no key (lse -inf)
+   holds NaN in O: the merge leaves it out. Not causal and no position-dependent modifier (a key range's rows
+   would be aligned differently); sinks are left out of the parts and added by the merge. */
+static void merge_property(test_env *env, fcl_dtype dt, int with_sinks, int many) {
   const long long B = 2, H = 4, Hkv = 2, Nq = 5, Nk = 700, D = 40;
-  const long long cut[4] = {0, 123, 124, Nk}; /* one part of a single key */
+  const int nparts = many ? many : 3, all_parts = nparts + 1;
+  long long cut[701] = {0, 123, 124, Nk};
+  if (many)
+    for (int p = 0; p <= many; ++p) cut[p] = Nk * p / many;
   test_tensor q, k, v, o_all, o_merged;
   int setup = tensor_create(env, &q, B, H, Nq, D, LAYOUT_BNHD, dt, 1) |
               tensor_create(env, &k, B, Hkv, Nk, D, LAYOUT_BNHD, dt, 1) |
@@ -111,8 +116,8 @@ static void merge_property(test_env *env, fcl_dtype dt, int with_sinks) {
               tensor_create(env, &o_merged, B, H, Nq, D, LAYOUT_BNHD, dt, 0);
   const size_t rows = (size_t)(B * H * Nq), part_elems = o_all.elems;
   cl_int err;
-  cl_mem o_parts = clCreateBuffer(env->context, CL_MEM_READ_WRITE, 3 * part_elems * dtype_size(dt), NULL, &err);
-  cl_mem lse_parts = create_float_buffer(env, 3 * rows, NAN), lse_one = create_float_buffer(env, rows, NAN);
+  cl_mem o_parts = clCreateBuffer(env->context, CL_MEM_READ_WRITE, all_parts * part_elems * dtype_size(dt), NULL, &err);
+  cl_mem lse_parts = create_float_buffer(env, all_parts * rows, -INFINITY), lse_one = create_float_buffer(env, rows, NAN);
   cl_mem lse_all = create_float_buffer(env, rows, NAN), lse_merged = create_float_buffer(env, rows, NAN);
   fcl_attention_desc desc;
   fwd_case c = {B, H, Hkv, Nq, Nk, D, dt, 0, LAYOUT_BNHD, 0, 1, {0, 0, 0, 0, 0, 0, 0, with_sinks}};
@@ -120,7 +125,14 @@ static void merge_property(test_env *env, fcl_dtype dt, int with_sinks) {
   mod_buffers mb;
   fcl_status st = setup || mods_create(env, &c.mods, &desc, &mb) ? FCL_ERROR_OUT_OF_RESOURCES : FCL_SUCCESS;
   if (!st) st = fcl_attention_forward(env->fcl, env->queue, &desc, q.buf, k.buf, v.buf, o_all.buf, lse_all, 0, NULL, NULL);
-  for (int part = 0; part < 3 && !st; ++part) {
+  /* The empty part's O: NaN in the dtype. */
+  const unsigned short nan16 = dt == FCL_DTYPE_F16 ? 0x7e00 : 0x7fc0;
+  const float nan32 = NAN;
+  if (!st && clEnqueueFillBuffer(env->queue, o_parts, dt == FCL_DTYPE_F32 ? (const void *)&nan32 : (const void *)&nan16,
+                                 dtype_size(dt), nparts * part_elems * dtype_size(dt), part_elems * dtype_size(dt), 0,
+                                 NULL, NULL) != CL_SUCCESS)
+    st = FCL_ERROR_OPENCL;
+  for (int part = 0; part < nparts && !st; ++part) {
     fcl_attention_desc d = desc;
     d.sinks = NULL;
     d.seqlen_k = cut[part + 1] - cut[part];
@@ -133,7 +145,7 @@ static void merge_property(test_env *env, fcl_dtype dt, int with_sinks) {
       st = FCL_ERROR_OPENCL;
   }
   if (!st)
-    st = fcl_attention_merge(env->fcl, env->queue, &desc, 3, o_parts, (int64_t)part_elems, lse_parts, o_merged.buf,
+    st = fcl_attention_merge(env->fcl, env->queue, &desc, (cl_uint)all_parts, o_parts, (int64_t)part_elems, lse_parts, o_merged.buf,
                              lse_merged, 0, NULL, NULL);
   double max_o = INFINITY, max_lse = INFINITY;
   if (!st && tensor_read(env, &o_all) == 0 && tensor_read(env, &o_merged) == 0) {
@@ -151,9 +163,9 @@ static void merge_property(test_env *env, fcl_dtype dt, int with_sinks) {
   /* Both sides round O to the dtype: allow its rounding (plus float32 arithmetic). */
   const double tol = dt == FCL_DTYPE_F32 ? 1e-5 : dt == FCL_DTYPE_F16 ? 2e-3 : 1.6e-2;
   check(!st && max_o <= tol && max_lse <= 1e-5,
-        "merge of forwards over keys [0,123) [123,124) [124,700) = forward over all keys, %s%s: max |O| diff %.2e "
+        "merge of forwards over keys %s%d parts and an empty part = forward over all keys, %s%s: max |O| diff %.2e "
         "(bound %.1e), max |lse| diff %.2e (bound 1e-5)%s%s",
-        dtype_name(dt), with_sinks ? ", sinks added by the merge" : "", max_o, tol, max_lse, st ? ": " : "",
+        many ? "[0,700) in " : "[0,123) [123,124) [124,700): ", nparts, dtype_name(dt), with_sinks ? ", sinks added by the merge" : "", max_o, tol, max_lse, st ? ": " : "",
         st ? fcl_last_error() : "");
   mods_release(&mb);
   tensor_release(&q), tensor_release(&k), tensor_release(&v), tensor_release(&o_all), tensor_release(&o_merged);
@@ -219,7 +231,7 @@ static void run_determinism(test_env *env, const void *unused) {
 
 static void run_merge(test_env *env, const void *arg) {
   const int t = *(const int *)arg;
-  merge_property(env, dtypes[t], t == 1);
+  merge_property(env, dtypes[t % 3], t == 1, t == 3 ? 300 : 0);
 }
 
 static void run_caller_workspace(test_env *env, const void *unused) {
@@ -233,7 +245,7 @@ int main(int argc, char **argv) {
   enum { MAX = 72 };
   static fwd_case cases[64];
   static test_case list[MAX];
-  static const int merge_dtypes[3] = {0, 1, 2};
+  static const int merge_dtypes[4] = {0, 1, 2, 3}; /* 3: f32 in 300 parts */
   const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
@@ -246,6 +258,7 @@ int main(int argc, char **argv) {
     n = test_case_add(list, n, MAX, "", "merge_f32", run_merge, &merge_dtypes[0]);
     n = test_case_add(list, n, MAX, "", "merge_f16_sinks", run_merge, &merge_dtypes[1]);
     n = test_case_add(list, n, MAX, "", "merge_bf16", run_merge, &merge_dtypes[2]);
+    n = test_case_add(list, n, MAX, "", "merge_f32_300_parts", run_merge, &merge_dtypes[3]);
     n = test_case_add(list, n, MAX, "", "caller_workspace", run_caller_workspace, NULL);
   }
   return test_cases_main("test_decode", &cli, list, n);
