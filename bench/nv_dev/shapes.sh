@@ -4,8 +4,10 @@
 # decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward. Each row prints the
 # median time and the plan that ran (flashcl-bench's "plan"; "forced" when the override was taken, else the
 # default plan's reason: the shape did not fit).
+# The step `splits` times the six decode rows at forced split counts instead (FLASHCL_FORWARD_SPLITS; SPLITS
+# lists them, "default" the planner's).
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
-#   [backward] [decode]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT (or /tmp/nv_shapes).
+#   [backward] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES or DECODE_SHAPES (space-separated; "default" is the planner's own) to
 # time other shapes than v12's, DEVICE for another device than the H200.
 set -uo pipefail
@@ -69,12 +71,21 @@ for step in "$@"; do
     decode)
       for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
         set -- $row
-        for sh in ${DECODE_SHAPES:-"default 1,1,48,0,1 1,1,32,0,1 2,1,64,0 4,1,64,0"}; do
+        for sh in ${DECODE_SHAPES:-default 1,1,48,0,1 1,1,32,0,1 2,1,64,0 4,1,64,0}; do
           echo "decode $row $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" us --batch "$1" --heads "$2" --kv-heads "$3" \
             --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
             --warmup 3)"
         done
       done ;;
-    *) echo "unknown step $step (forward, backward, decode)"; exit 2 ;;
+    splits)
+      for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
+        set -- $row
+        for sp in ${SPLITS:-default 4 8 16 32 64 128}; do
+          echo "decode $row splits $sp | $(run FLASHCL_FORWARD_SPLITS "$sp" us --batch "$1" --heads "$2" --kv-heads "$3" \
+            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
+            --warmup 3)"
+        done
+      done ;;
+    *) echo "unknown step $step (forward, backward, decode, splits)"; exit 2 ;;
   esac
 done 2>&1 | tee "$out/shapes.log"
