@@ -188,11 +188,12 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   fcl_chain chain;
   st = FCL_SUCCESS;
   fcl_chain_begin(&chain, queue, num_wait, wait);
-  for (int i = 0; i < (kernels[3] ? 4 : 3) && !st; ++i) {
+  const int steps = kernels[3] ? 4 : 3;
+  for (int i = 0; i < steps && !st; ++i) {
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;
-    if ((st = fcl_chain_next(&chain, &nw, &w, &ev))) break;
+    if ((st = fcl_chain_next(&chain, i == steps - 1, &nw, &w, &ev))) break;
     cl_int err = clEnqueueNDRangeKernel(queue, kernels[i], dims[i], NULL, globals[i], locals[i], nw, w, ev);
     fcl_chain_push(&chain);
     if (err != CL_SUCCESS) st = fcl_cl_failure(names[i], err);

@@ -114,11 +114,11 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
   cl_uint nw;
   const cl_event *w;
   cl_event *ev, done = NULL;
-  if (!(st = fcl_chain_next(&ch, &nw, &w, &ev))) {
+  if (!(st = fcl_chain_next(&ch, 0, &nw, &w, &ev))) {
     st = enqueue_launch(queue, p, t, kernel, q, k, v, NULL, NULL, part, lse_off, nw, w, ev);
     fcl_chain_push(&ch);
   }
-  if (!st && !(st = fcl_chain_next(&ch, &nw, &w, &ev))) {
+  if (!st && !(st = fcl_chain_next(&ch, 1, &nw, &w, &ev))) {
     st = fcl_enqueue_combine(queue, p, &combine, &parts, o, lse, nw, w, ev);
     fcl_chain_push(&ch);
   }

@@ -421,7 +421,7 @@ void fcl_cache_note_memory_hit(fcl_context *ctx);
      fcl_chain_begin(&ch, queue, num_wait, wait);
      for each command:
        cl_uint nw; const cl_event *w; cl_event *ev;
-       if ((st = fcl_chain_next(&ch, &nw, &w, &ev))) break;       // nothing enqueued for this step
+       if ((st = fcl_chain_next(&ch, last, &nw, &w, &ev))) break; // nothing enqueued for this step
        err = clEnqueueNDRangeKernel(queue, kernel, ..., nw, w, ev); // or any call that returns an event
        fcl_chain_push(&ch);                                         // keeps *ev when the call made one
        if (err != CL_SUCCESS) { st = fcl_cl_failure(...); break; }
@@ -435,14 +435,19 @@ typedef struct fcl_chain {
   cl_command_queue queue;
   cl_uint num_wait;
   const cl_event *wait;
-  cl_event *events; /* one per enqueued command, owned until fcl_chain_end hands them to a callback */
+  cl_event *events; /* one per enqueued command that has one, owned until fcl_chain_end hands them to a callback */
   size_t count, capacity;
+  size_t issued; /* fcl_chain_next calls so far */
+  int in_order;  /* an in-order queue and no wait list: only the last command gets an event */
 } fcl_chain;
 
 void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait);
-/* What the next command waits on (*num_wait, *wait) and where its event goes (*event, set to NULL here).
-   Fails only when out of host memory, before anything is enqueued. */
-fcl_status fcl_chain_next(fcl_chain *c, cl_uint *num_wait, const cl_event **wait, cl_event **event);
+/* What the next command waits on (*num_wait, *wait) and where its event goes (*event: a slot set to NULL
+   here, or NULL itself for a command that gets no event: not `last`, on an in-order queue, in a call without a
+   wait list). `last`: the
+   operation's last command, whose event fcl_chain_end hands out. Fails only when out of host memory, before
+   anything is enqueued. */
+fcl_status fcl_chain_next(fcl_chain *c, int last, cl_uint *num_wait, const cl_event **wait, cl_event **event);
 /* Keeps the event the last fcl_chain_next slot received, if the command made one. */
 void fcl_chain_push(fcl_chain *c);
 /* Ends the chain: *event (optional; untouched when nothing was enqueued) receives the last command's event,

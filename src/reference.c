@@ -232,7 +232,7 @@ static fcl_status step_barrier(ref_run *r) {
   cl_uint nw;
   const cl_event *w;
   cl_event *ev;
-  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  fcl_status st = fcl_chain_next(&r->chain, 1, &nw, &w, &ev);
   if (st) return st;
   cl_int err = clEnqueueBarrierWithWaitList(r->queue, 0, NULL, ev);
   fcl_chain_push(&r->chain);
@@ -259,7 +259,7 @@ static fcl_status launch(ref_run *r, cl_kernel k, const char *name, const kernel
   cl_uint nw;
   const cl_event *w;
   cl_event *ev;
-  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  fcl_status st = fcl_chain_next(&r->chain, 1, &nw, &w, &ev);
   if (st) return st;
   cl_int err = CL_SUCCESS;
   const char *call = "clSetKernelArg";
@@ -294,7 +294,7 @@ static fcl_status gemm_step(ref_run *r, const char *what, CLBlastTranspose tb, s
   cl_uint nw;
   const cl_event *w;
   cl_event *ev;
-  fcl_status st = fcl_chain_next(&r->chain, &nw, &w, &ev);
+  fcl_status st = fcl_chain_next(&r->chain, 1, &nw, &w, &ev);
   if (st) return st;
   CLBlastStatusCode cs = sgemm_strided_batched(CLBlastTransposeNo, tb, m, n, k, a, a_off, a_ld, a_stride, b, b_off,
                                                b_ld, b_stride, c, c_off, c_ld, c_stride, count, &r->queue, ev);
@@ -511,13 +511,15 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   if (!st) st = create_zeroed_scratch(ctx, rp.pairs_bytes, &r.marked_pairs);
   if (!st && lse) st = create_scratch(ctx, rp.lse_bytes, &r.lse_tmp);
 
-  /* The caller's wait list, honoured by a barrier: CLBlast takes none. */
+  /* The caller's wait list, honoured by a barrier: CLBlast takes none. Every step here asks for its event
+     (fcl_chain_next's last = 1): which one ends the call depends on the problem, and this is the checker,
+     not a speed path. */
   fcl_chain_begin(&r.chain, queue, num_wait, wait);
   if (!st && num_wait > 0) {
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;
-    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+    if (!(st = fcl_chain_next(&r.chain, 1, &nw, &w, &ev))) {
       cl_int err = clEnqueueBarrierWithWaitList(queue, nw, w, ev);
       fcl_chain_push(&r.chain);
       if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueBarrierWithWaitList", err);
@@ -539,7 +541,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;
-    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+    if (!(st = fcl_chain_next(&r.chain, 1, &nw, &w, &ev))) {
       cl_int err = clEnqueueCopyBuffer(queue, r.lse_tmp, lse, 0, 0, rp.lse_bytes, nw, w, ev);
       fcl_chain_push(&r.chain);
       if (err != CL_SUCCESS) st = fcl_cl_failure("clEnqueueCopyBuffer(lse)", err);
@@ -551,7 +553,7 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
     cl_uint nw;
     const cl_event *w;
     cl_event *ev;
-    if (!(st = fcl_chain_next(&r.chain, &nw, &w, &ev))) {
+    if (!(st = fcl_chain_next(&r.chain, 1, &nw, &w, &ev))) {
       cl_event deps[2] = {r.chain.events[0], nw ? w[0] : r.chain.events[0]};
       cl_int err = clEnqueueMarkerWithWaitList(queue, 2, deps, ev);
       fcl_chain_push(&r.chain);
