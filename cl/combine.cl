@@ -5,10 +5,13 @@
  * L = sum_p w_p (+ exp(sink - M) with SINKS), O = sum_p w_p O_p / L, lse = M + ln L. A row with no part
  * that saw a key and no sink gets O = 0 and lse = -inf; a NaN in any part's lse reaches O and lse.
  *
- * One work-group of WG work-items per (batch, head, row): the lse reductions run over the parts in parallel,
- * and work-item c sums columns c, c + WG, ... over the parts, each part's weight computed once.
- * Defines: DTYPE (the output's storage type), PART (0: float32 partials, 1: partials in DTYPE), D, WG,
- * SINKS and VARLEN_Q (common.cl). */
+ * One work-group of WG work-items per (batch, head, row), in one pass over the parts: work-item (lane pl,
+ * column group cv) keeps a running (M, L, A) over parts pl, pl + PL, ... for its VW-wide column groups,
+ * rescaling as M grows (the online softmax's merge), so its part loads do not wait on each other; the PL
+ * lanes' states are then merged in lane order through local memory. The order of every sum is fixed, so the
+ * result's bits do not depend on timing.
+ * Defines: DTYPE (the output's storage type), PART (0: float32 partials, 1: partials in DTYPE), D, WG (a power
+ * of two), SINKS and VARLEN_Q (common.cl). */
 #if PART == 0
 typedef float part_t;
 #define PART_LOAD(p, i) ((p)[i])
@@ -17,28 +20,17 @@ typedef store_t part_t;
 #define PART_LOAD(p, i) LOAD(p, i)
 #endif
 
-#define COLS ((D + WG - 1) / WG) /* columns of O a work-item writes */
-
-/* x reduced over the work-group (WG a power of two) by fmax (sum 0) or + (sum 1), in a fixed order, so the
-   result's bits do not depend on timing; every work-item gets it. */
-inline float fcl_combine_reduce(float x, int sum, __local float *red, int lid) {
-  red[lid] = x;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] = sum ? red[lid] + red[lid + s] : fmax(red[lid], red[lid + s]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  x = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE); /* red is free again */
-  return x;
-}
+#define VW (D % 4 == 0 ? 4 : 1)      /* columns a load covers */
+#define NV (D / VW)                  /* column groups in a row */
+#define CV (NV < WG ? NV : WG)       /* column groups a pass covers */
+#define PL (WG / CV < 8 ? WG / CV : 8) /* part lanes (more would lengthen their merge more than the loads) */
+#define NVI ((NV + CV - 1) / CV)     /* column groups a work-item keeps */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, long part_sh, long part_sn,
                  long part_stride, __global const float *part_lse, long lse_off, int parts, __global store_t *o, long o_off,
                  long o_sb, long o_sh, long o_sn, __global float *lse, int num_heads, int nq,
                  __global const float *sinks, __global const int *cu_q, int total_q) {
-  __local float red[WG], wt[WG];
   const int lid = get_local_id(0);
   const long row_id = get_group_id(0); /* (b * num_heads + h) * nq + i */
   const int i = (int)(row_id % nq);
@@ -58,63 +50,82 @@ void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, lon
   const long out_row = i, lse_row = row_id, out_base = o_off + b * o_sb + h * o_sh;
 #endif
 
-  /* The row's largest lse and whether any is NaN: each work-item over parts lid, lid + WG, ..., then a tree. */
-  float mx = -INFINITY, nan = 0.0f;
-  for (int p = lid; p < parts; p += WG) {
-    const float x = part_lse[p * rows + row_id];
-    nan = isnan(x) ? 1.0f : nan;
-    mx = fmax(mx, x);
+  const int pl = lid / CV, cv = lid % CV;
+  const long src = part_off + b * part_sb + h * part_sh + i * part_sn;
+  /* This lane's running state over its parts: maximum M, sum L and weighted sum A of O, in M's units. A
+     part with lse -inf saw no key and is left out (not weighted by zero); a NaN lse marks the row NaN. */
+  float m = -INFINITY, l = 0.0f, a[NVI][VW];
+  int nan = 0;
+#pragma unroll
+  for (int k = 0; k < NVI; ++k)
+#pragma unroll
+    for (int e = 0; e < VW; ++e) a[k][e] = 0.0f;
+  if (pl < PL) {
+#pragma unroll 4
+    for (int p = pl; p < parts; p += PL) {
+      const float x = part_lse[p * rows + row_id];
+      __global const part_t *op = part_o + src + p * part_stride;
+      float y[NVI][VW];
+#pragma unroll
+      for (int k = 0; k < NVI; ++k)
+#pragma unroll
+        for (int e = 0; e < VW; ++e) y[k][e] = cv + k * CV < NV ? PART_LOAD(op, (cv + k * CV) * VW + e) : 0.0f;
+      nan |= isnan(x);
+      const int take = x != -INFINITY && !isnan(x);
+      const float mn = take ? fmax(m, x) : m;
+      const float c = take ? exp(m - mn) : 1.0f, w = take ? exp(x - mn) : 0.0f;
+      l = fma(l, c, w);
+#pragma unroll
+      for (int k = 0; k < NVI; ++k)
+#pragma unroll
+        for (int e = 0; e < VW; ++e) a[k][e] = take ? fma(a[k][e], c, w * y[k][e]) : a[k][e];
+      m = mn;
+    }
   }
-  mx = fcl_combine_reduce(mx, 0, red, lid);
-  nan = fcl_combine_reduce(nan, 0, red, lid);
+  /* The lanes' states, merged in lane order by the work-items of lane 0. */
+  __local float sm[WG], sl[WG], sa[WG * NVI * VW];
+  __local int snan[WG];
+  sm[lid] = m, sl[lid] = l, snan[lid] = nan;
+#pragma unroll
+  for (int k = 0; k < NVI; ++k)
+#pragma unroll
+    for (int e = 0; e < VW; ++e) sa[(k * VW + e) * WG + lid] = a[k][e];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (pl != 0) return;
+  float mx = -INFINITY;
+  for (int q = 0; q < PL; ++q) {
+    mx = fmax(mx, sm[q * CV + cv]);
+    nan |= snan[q * CV + cv];
+  }
 #if SINKS
   const float sink = sinks[h];
   mx = fmax(mx, sink);
 #endif
   float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NVI; ++k)
+#pragma unroll
+    for (int e = 0; e < VW; ++e) a[k][e] = 0.0f;
   if (mx != -INFINITY)
-    for (int p = lid; p < parts; p += WG) {
-      const float x = part_lse[p * rows + row_id];
-      if (x != -INFINITY) sum += exp(x - mx);
+    for (int q = 0; q < PL; ++q) {
+      const int w_ = q * CV + cv;
+      if (sm[w_] == -INFINITY) continue; /* a lane that saw no part with keys */
+      const float c = exp(sm[w_] - mx);
+      sum = fma(sl[w_], c, sum);
+#pragma unroll
+      for (int k = 0; k < NVI; ++k)
+#pragma unroll
+        for (int e = 0; e < VW; ++e) a[k][e] = fma(sa[(k * VW + e) * WG + w_], c, a[k][e]);
     }
-  sum = fcl_combine_reduce(sum, 1, red, lid);
 #if SINKS
   if (mx != -INFINITY) sum += exp(sink - mx);
 #endif
-  const float inv = nan != 0.0f ? NAN : sum == 0.0f ? 0.0f : 1.0f / sum;
-
-  /* O: the parts in chunks of WG; a chunk's weights exp(lse_p - M) once into local memory (-1: a part that
-     saw no key, left out rather than weighted by zero), then every work-item sums its columns over the chunk
-     in part order. The part loads do not depend on each other, so the unrolled loop keeps several in
-     flight. */
-  const long src = part_off + b * part_sb + h * part_sh + i * part_sn;
-  float acc[COLS];
-#pragma unroll
-  for (int k = 0; k < COLS; ++k) acc[k] = 0.0f;
-  for (int p0 = 0; p0 < parts; p0 += WG) {
-    const int n = min(WG, parts - p0);
-    if (lid < n) {
-      const float x = part_lse[(p0 + lid) * rows + row_id];
-      wt[lid] = x != -INFINITY && mx != -INFINITY ? exp(x - mx) : -1.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int k = 0; k < COLS; ++k) {
-      const int c = lid + k * WG;
-      if (c < D) {
-        __global const part_t *col = part_o + src + p0 * part_stride + c;
-#pragma unroll 8
-        for (int p = 0; p < n; ++p) {
-          const float x = PART_LOAD(col, p * part_stride), w = wt[p]; /* loaded either way: no branch to wait on */
-          if (w >= 0.0f) acc[k] = fma(w, x, acc[k]);
-        }
-      }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE); /* every work-item is done with this chunk's weights */
-  }
+  const float inv = nan ? NAN : sum == 0.0f ? 0.0f : 1.0f / sum;
   __global store_t *dst = o + out_base + out_row * o_sn;
 #pragma unroll
-  for (int k = 0; k < COLS; ++k)
-    if (lid + k * WG < D) STORE(dst, lid + k * WG, acc[k] * inv);
-  if (lse && lid == 0) lse[lse_row] = nan != 0.0f ? NAN : sum == 0.0f ? -INFINITY : mx + log(sum);
+  for (int k = 0; k < NVI; ++k)
+#pragma unroll
+    for (int e = 0; e < VW; ++e)
+      if (cv + k * CV < NV) STORE(dst, (cv + k * CV) * VW + e, a[k][e] * inv);
+  if (lse && lid == 0) lse[lse_row] = nan ? NAN : sum == 0.0f ? -INFINITY : mx + log(sum);
 }

@@ -106,10 +106,14 @@ uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
 /* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
 
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
-  const uint64_t n = (uint64_t)(parts > 0 ? parts : 0), w = wg ? wg : 1, chunks = ceil_div(n, w);
-  const uint64_t cols = ceil_div((uint64_t)(d > 0 ? d : 0), w); /* columns a work-item writes */
-  return 2 * chunks /* max, sum */ + 3 * halvings(w) /* their reductions */ + cols /* acc */ +
-         nest(chunks, cols) + cols * n /* O: each chunk's parts once per column */ + cols /* store */;
+  /* combine.cl's VW, NV, CV, PL and NVI. */
+  const uint64_t n = (uint64_t)(parts > 0 ? parts : 0), w = wg ? wg : 1, dd = (uint64_t)(d > 0 ? d : 0);
+  const uint64_t vw = dd % 4 == 0 ? 4 : 1, nv = dd / vw, cv = nv < w ? nv : w, lanes = cv ? w / cv : w;
+  const uint64_t pl = lanes < 8 ? lanes : 8;
+  const uint64_t nvi = ceil_div(nv, cv ? cv : 1), state = nest(nvi, vw); /* one pass over a work-item's columns */
+  return state /* A = 0 */ + nest(ceil_div(n, pl), 2 * state) /* its parts: loads, update */ +
+         state /* to local */ + pl /* lanes' maximum */ + state /* A = 0 */ + nest(pl, state) /* lanes' merge */ +
+         state /* store */;
 }
 
 /* ---- the reference path's row softmax: cl/softmax.cl, one work-group of wg per row of nk scores ---- */
