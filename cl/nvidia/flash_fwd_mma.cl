@@ -5,8 +5,7 @@
  * tiles of 16 rows and keeps its O accumulator in registers; its Q fragments live in registers
  * (QSMEM 0) or in a local Q tile read by ldmatrix at each k step (QSMEM 1: fewer registers, so that 32
  * rows a warp fit at head_dim 128). K and V tiles of BC rows stream through two local buffers with
- * cp.async: V(j) loads while S = Q K(j)^T is computed, and K(j+1) loads while O += P V(j) is computed
- * (V(0) loads with K(0): a chunk of few tiles, as decode has, saves a round trip).
+ * cp.async: V(j) loads while S = Q K(j)^T is computed, and K(j+1) loads while O += P V(j) is computed.
  * S is computed and softmaxed in the mma accumulator layout; its rounded probabilities are reused in
  * registers directly as the A operand of P V.
  *
@@ -217,12 +216,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     }
   }
   if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
-  if (ntiles > 0) fcl_load_tile(Vs, v, v_sn, PAGE(0, 1), kv_begin, nk, lid); /* V(0) too: its tile is free */
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #else
   if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
-  if (ntiles > 0) fcl_load_tile(Vs, v, v_sn, PAGE(0, 1), kv_begin, nk, lid); /* V(0) too: its tile is free */
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
   uint qa[MT][KT][4];
@@ -281,13 +278,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2
     if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
 #endif
-    /* K(j) has landed for this work-item (V(0), loaded right after K(0), may still be in flight) ... */
-    if (j == 0)
-      CP_ASYNC_WAIT_BUT_ONE();
-    else
-      CP_ASYNC_WAIT_ALL();
+    CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
-    if (j > 0) fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
+    fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
 #if KDB
     /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
     if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
