@@ -182,7 +182,7 @@ int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
    fill the device (ov->forward_splits instead when set). The portable kernel: the smallest count whose wave
    efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
    a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
-   warps a compute unit, chunks of at least four tiles (plan.c says why). */
+   warps a compute unit (six with paged keys), chunks of at least four tiles (plan.c says why). */
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                     const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's

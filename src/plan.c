@@ -160,10 +160,16 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
        loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
-       warps), halved while a chunk would hold fewer than four tiles: within 14% of the best count on the six
-       decode rows measured, within 2% on five of them. */
-    const double warps = groups * (t->tr > 0 ? t->tr : 1), want = 4.0 * cus / warps;
-    int s = want <= 1 ? 1 : 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
+       warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
+       count or within 3% of it on the six decode rows measured (v13). */
+    const double warps = groups * (t->tr > 0 ? t->tr : 1);
+    /* Paged keys resolve each tile's rows through the block table before loading them, so a work-group has
+       longer waits: the H200's paged sweep (docs/notes-nvidia.md, v13) was fastest with about six one-warp
+       work-groups a compute unit (as many as its local memory holds), at the nearest whole count, 5-24%
+       faster than at the dense rule's. */
+    const int paged = p->block_table != NULL;
+    const double want = (paged ? 6.0 : 4.0) * cus / warps, capped = want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want;
+    int s = want <= 1 ? 1 : paged ? (int)lround(capped) : 1 << (int)lround(log2(capped));
     /* Keys counted per sequence in a batch (cu_seqlens_k, seqlens_k): the host does not see the lengths, and
        mixed ones leave the longest sequences' work-groups running alone at the end. On a small grid (under 8
        warps a compute unit) the longest sequence's keys go in chunks of at most 16 tiles: the H200's
@@ -174,7 +180,7 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
       while (floor < FCL_MAX_SPLITS && tiles > 16LL * floor) floor *= 2;
       if (s < floor) s = floor;
     }
-    while (s > 1 && tiles < 4LL * s) s /= 2;
+    while (s > 1 && tiles < 4LL * s) s = paged ? (int)(tiles / 4 > 1 ? tiles / 4 : 1) : s / 2;
     return s;
   }
   /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4

@@ -227,6 +227,31 @@ static void planner_cases(void) {
           (long long)seq[i].b, (long long)seq[i].nk, seq[i].per_seq ? "key counts per sequence" : "dense", splits,
           seq[i].splits);
   }
+
+  /* Paged keys (a block table, the same stand-in): about six one-warp work-groups a unit at the nearest whole
+     count, at most a quarter of the tiles; the dense rule's count for the same rows is in dec[] above. */
+  static const struct {
+    int64_t b, h, hkv, nq, nk;
+    int splits;
+  } paged[] = {{1, 32, 8, 1, 32768, 99}, {1, 32, 8, 1, 4096, 16}, {1, 32, 32, 1, 131072, 25},
+               {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 25},
+               {1, 32, 8, 1, 256, 1}};
+  for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = paged[i].b, desc.num_heads = paged[i].h, desc.num_kv_heads = paged[i].hkv;
+    desc.seqlen_q = paged[i].nq, desc.seqlen_k = paged[i].nk, desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
+    fcl_problem dp;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS
+            ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
+            : -1;
+    dp.block_table = (cl_mem)&desc;
+    const int splits = r == 0 ? fcl_plan_splits(&h200, &no_overrides, &dp, &t) : 0;
+    check(r == 0 && splits == paged[i].splits,
+          "planner: paged decode B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld on 132 units: %d chunks (want %d)",
+          (long long)paged[i].b, (long long)paged[i].h, (long long)paged[i].hkv, (long long)paged[i].nq,
+          (long long)paged[i].nk, splits, paged[i].splits);
+  }
 }
 
 /* The tensor-core backward's planner over the same made-up devices: f16/bf16 at head_dim 64 and 128 (and every
