@@ -162,14 +162,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
        warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
        count or within 3% of it on the six decode rows measured (v13). */
-    const double warps = groups * (t->tr > 0 ? t->tr : 1);
-    /* Paged keys resolve each tile's rows through the block table before loading them, so a work-group has
-       longer waits: the H200's paged sweep (docs/notes-nvidia.md, v13) was fastest with about six one-warp
-       work-groups a compute unit (as many as its local memory holds), at the nearest whole count, 5-24%
-       faster than at the dense rule's. */
-    const int paged = p->block_table != NULL;
-    const double want = (paged ? 6.0 : 4.0) * cus / warps, capped = want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want;
-    int s = want <= 1 ? 1 : paged ? (int)lround(capped) : 1 << (int)lround(log2(capped));
+    const double warps = groups * (t->tr > 0 ? t->tr : 1), want = 4.0 * cus / warps;
+    int s = want <= 1 ? 1 : 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
     /* Keys counted per sequence in a batch (cu_seqlens_k, seqlens_k): the host does not see the lengths, and
        mixed ones leave the longest sequences' work-groups running alone at the end. On a small grid (under 8
        warps a compute unit) the longest sequence's keys go in chunks of at most 16 tiles: the H200's
@@ -180,7 +174,19 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
       while (floor < FCL_MAX_SPLITS && tiles > 16LL * floor) floor *= 2;
       if (s < floor) s = floor;
     }
-    while (s > 1 && tiles < 4LL * s) s = paged ? (int)(tiles / 4 > 1 ? tiles / 4 : 1) : s / 2;
+    while (s > 1 && tiles < 4LL * s) s /= 2;
+    /* Paged keys resolve each tile's rows through the block table before loading them, so a work-group waits
+       longer and more of them pay: 1.5x the count, within the six one-warp work-groups a unit that local
+       memory holds (one more would start a second wave: 56% slower on one row), and beyond the dense count
+       only in chunks of at least eight tiles. That is the fastest count measured on all six of the H200's
+       paged decode rows, 6-13% faster than the dense count on four (docs/notes-nvidia.md, v13). */
+    if (p->block_table && s > 1) {
+      int more = s + s / 2;
+      const double slots = 6.0 * cus / warps;
+      if (more > slots) more = (int)slots;
+      if (more > tiles / 8) more = (int)(tiles / 8);
+      if (more > s) s = more;
+    }
     return s;
   }
   /* Work-groups a compute unit runs at once: two on a GPU (FlashAttention-2's count, for work-groups of 4

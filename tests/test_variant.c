@@ -228,14 +228,14 @@ static void planner_cases(void) {
           seq[i].splits);
   }
 
-  /* Paged keys (a block table, the same stand-in): about six one-warp work-groups a unit at the nearest whole
-     count, at most a quarter of the tiles; the dense rule's count for the same rows is in dec[] above. */
+  /* Paged keys (a block table, the same stand-in): 1.5x the dense count (dec[] above has it for the same rows),
+     within six one-warp work-groups a unit, beyond the dense count only in chunks of at least eight tiles. */
   static const struct {
     int64_t b, h, hkv, nq, nk;
     int splits;
-  } paged[] = {{1, 32, 8, 1, 32768, 99}, {1, 32, 8, 1, 4096, 16}, {1, 32, 32, 1, 131072, 25},
-               {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 25},
-               {1, 32, 8, 1, 256, 1}};
+  } paged[] = {{1, 32, 8, 1, 32768, 64}, {1, 32, 8, 1, 4096, 16}, {1, 32, 32, 1, 131072, 24},
+               {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 24},
+               {1, 32, 8, 1, 256, 1},    {1, 32, 32, 1, 12000, 23}}; /* 188 tiles: 23 chunks of eight */
   for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
