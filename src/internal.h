@@ -182,7 +182,7 @@ int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
    fill the device (ov->forward_splits instead when set). The portable kernel: the smallest count whose wave
    efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
    a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
-   warps a compute unit (six with paged keys), chunks of at least four tiles (plan.c says why). */
+   warps a compute unit, chunks of at least four tiles; with paged keys up to 1.5x that (plan.c says why). */
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                     const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's
@@ -443,10 +443,9 @@ typedef struct fcl_chain {
 
 void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait);
 /* What the next command waits on (*num_wait, *wait) and where its event goes (*event: a slot set to NULL
-   here, or NULL itself for a command that gets no event: not `last`, on an in-order queue, in a call without a
-   wait list). `last`: the
-   operation's last command, whose event fcl_chain_end hands out. Fails only when out of host memory, before
-   anything is enqueued. */
+   here, or NULL itself for a command that gets none: one not `last`, on an in-order queue, in a call without
+   a wait list). `last`: the operation's last command, whose event fcl_chain_end hands out. Fails only when
+   out of host memory, before anything is enqueued. */
 fcl_status fcl_chain_next(fcl_chain *c, int last, cl_uint *num_wait, const cl_event **wait, cl_event **event);
 /* Keeps the event the last fcl_chain_next slot received, if the command made one. */
 void fcl_chain_push(fcl_chain *c);
