@@ -437,11 +437,12 @@ typedef struct fcl_chain {
   const cl_event *wait;
   cl_event *events; /* one per enqueued command that has one, owned until fcl_chain_end hands them to a callback */
   size_t count, capacity;
-  size_t issued; /* fcl_chain_next calls so far */
-  int in_order;  /* an in-order queue and no wait list: only the last command gets an event */
+  int in_order; /* an in-order queue and no wait list: only the last command gets an event */
 } fcl_chain;
 
 void fcl_chain_begin(fcl_chain *c, cl_command_queue queue, cl_uint num_wait, const cl_event *wait);
+/* 1 when queue runs its commands in order (0 also when its properties cannot be read). */
+int fcl_queue_in_order(cl_command_queue queue);
 /* What the next command waits on (*num_wait, *wait) and where its event goes (*event: a slot set to NULL
    here, or NULL itself for a command that gets none: one not `last`, on an in-order queue, in a call without
    a wait list). `last`: the operation's last command, whose event fcl_chain_end hands out. Fails only when

@@ -98,10 +98,10 @@ static void determinism(test_env *env) {
 }
 
 /* The forward over all keys against fcl_attention_merge of forwards over disjoint key ranges: three
-   ([0,123) [123,124) [124,700), one part of a single key), or `many` of nearly equal length (more parts than
-   the combine's work-group, so it takes them in several chunks). One more part that saw no key (lse -inf)
-   holds NaN in O: the merge leaves it out. Not causal and no position-dependent modifier (a key range's rows
-   would be aligned differently); sinks are left out of the parts and added by the merge. */
+   ([0,123) [123,124) [124,700), one part of a single key), or `many` of nearly equal length (many parts in
+   each of the combine's part lanes). One more part that saw no key (lse -inf) holds NaN in O: the merge
+   leaves it out. Not causal and no position-dependent modifier (a key range's rows would be aligned
+   differently); sinks are left out of the parts and added by the merge. */
 static void merge_property(test_env *env, fcl_dtype dt, int with_sinks, int many) {
   const long long B = 2, H = 4, Hkv = 2, Nq = 5, Nk = 700, D = 40;
   const int nparts = many ? many : 3, all_parts = nparts + 1;

@@ -228,25 +228,26 @@ static void planner_cases(void) {
           seq[i].splits);
   }
 
-  /* Paged keys (a block table, the same stand-in): 1.5x the dense count (dec[] above has it for the same rows),
-     within six one-warp work-groups a unit, beyond the dense count only in chunks of at least eight tiles. */
+  /* Paged keys (a block table, the same stand-in, set before planning as the library plans): 1.5x the dense
+     rule's count, within six one-warp work-groups a unit, beyond the dense count only in chunks of at least
+     eight tiles, and no more chunks than that chunk size needs. */
   static const struct {
     int64_t b, h, hkv, nq, nk;
     int splits;
   } paged[] = {{1, 32, 8, 1, 32768, 64}, {1, 32, 8, 1, 4096, 16}, {1, 32, 32, 1, 131072, 24},
                {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 24},
-               {1, 32, 8, 1, 256, 1},    {1, 32, 32, 1, 12000, 23}}; /* 188 tiles: 23 chunks of eight */
+               {1, 32, 8, 1, 256, 1},    {1, 32, 32, 1, 12000, 21},  /* 188 tiles: 23 wanted, 21 chunks of 9 */
+               {1, 8, 1, 1, 131072, 128}};                                /* 1.5 x 128 capped at FCL_MAX_SPLITS */
   for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.batch = paged[i].b, desc.num_heads = paged[i].h, desc.num_kv_heads = paged[i].hkv;
     desc.seqlen_q = paged[i].nq, desc.seqlen_k = paged[i].nk, desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS
-            ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
-            : -1;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? 0 : -1;
     dp.block_table = (cl_mem)&desc;
-    const int splits = r == 0 ? fcl_plan_splits(&h200, &no_overrides, &dp, &t) : 0;
+    if (r == 0) r = fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t);
+    const int splits = r == 0 ? t.splits : 0;
     check(r == 0 && splits == paged[i].splits,
           "planner: paged decode B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld on 132 units: %d chunks (want %d)",
           (long long)paged[i].b, (long long)paged[i].h, (long long)paged[i].hkv, (long long)paged[i].nq,
