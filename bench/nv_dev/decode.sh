@@ -2,12 +2,14 @@
 # Decode run of issue 12 on the GPU machine (figures in docs/notes-nvidia.md, v7, and docs/benchmarks.md).
 # Run from the repository root after building the library and tools into $BUILD (default /tmp/b); logs go
 # to $OUT (or /tmp/nv_decode). Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
-# usage: bash bench/nv_dev/decode.sh [verbose] [tests] [sweep] [compare]
+# usage: bash bench/nv_dev/decode.sh [verbose] [tests] [sweep] [compare] [paged]
 #   verbose  -cl-nv-verbose registers/spills of the decode kernel shapes (bench/nv_dev/nvbuild.c builds one
 #            program and prints its log)
 #   tests    test_variant, test_decode (planner's splits, then FLASHCL_FORWARD_SPLITS=5 and 100), test_forward
 #   sweep    flashcl-bench on three batch-1 rows with FLASHCL_FORWARD_SPLITS forced to 8..128 (0: the planner)
 #   compare  bench/compare_torch.py --decode: the six rows beside PyTorch SDPA
+#   paged    the six rows dense and paged (--paged 16) at the planner's split counts, and the vLLM-shaped batch
+#            (64 sequences of 100-8000 keys) from packed dense and from paged K/V
 set -uo pipefail
 out=${OUT:-/tmp/nv_decode}; mkdir -p "$out"
 b=${BUILD:-/tmp/b}
@@ -50,6 +52,26 @@ for step in "$@"; do
         echo "$line" >>"$out/sweep.log"
       done
       summary+=$'\n'"$(cat "$out/sweep.log")" ;;
+    paged)
+      # One flashcl-bench JSON line into "median us sSPLITS".
+      med() { python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("{"):
+        r = json.loads(l); print("%.1f us s%s" % (r["median_ms"] * 1e3, r.get("splits")) if r["status"] == "ok" else r["status"])'; }
+      for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
+        set -- $row
+        a="--json --device H200 --dtype f16 --batch $1 --heads $2 --kv-heads $3 --seqlen-q $4 --seqlen $5 --head-dim 128
+           --impl flash --layout bnhd --flush 256 --iters 20 --warmup 3"
+        # shellcheck disable=SC2086
+        echo "paged B=$1 H=$2 Hkv=$3 Q=$4 N=$5: dense $("$b/tools/flashcl-bench" $a 2>>"$out/paged.err" | med)," \
+             "paged 16 $("$b/tools/flashcl-bench" $a --paged 16 2>>"$out/paged.err" | med)" >>"$out/paged.log"
+      done
+      a="--json --device H200 --dtype f16 --varlen 100:8000 --batch 64 --heads 32 --kv-heads 8 --head-dim 128 --causal
+         --impl flash --seed 1 --seqlen-q 1 --iters 20 --warmup 3"
+      # shellcheck disable=SC2086
+      echo "vLLM-shaped decode: dense $("$b/tools/flashcl-bench" $a 2>>"$out/paged.err" | med)," \
+           "paged 16 $("$b/tools/flashcl-bench" $a --paged 16 2>>"$out/paged.err" | med)" >>"$out/paged.log"
+      summary+=$'\n'"$(cat "$out/paged.log")" ;;
     compare)
       PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare_torch.py --flashcl-bench "$b/tools/flashcl-bench" --device H200 \
         --decode --json "$out/decode.jsonl" >"$out/compare.log" 2>"$out/compare.err"
