@@ -63,20 +63,24 @@ static int full_cases(fwd_case *list) {
   return n;
 }
 
-/* Two runs of one split decode case give bitwise the same O. */
+/* Two runs of one split decode case give bitwise the same O; and two split calls enqueued back to back
+   without waiting (the second reuses the queue's scratch) give each the O it gives alone. */
 static void determinism(test_env *env) {
   const long long B = 1, H = 8, Hkv = 2, Nq = 2, Nk = 3001, D = 64;
-  test_tensor q, k, v, o;
+  const size_t elems = (size_t)(B * H * Nq * D);
+  test_tensor q, q2, k, v, o, o2;
   int setup = tensor_create(env, &q, B, H, Nq, D, LAYOUT_BHND, FCL_DTYPE_F32, 1) |
+              tensor_create(env, &q2, B, H, Nq, D, LAYOUT_BHND, FCL_DTYPE_F32, 1) |
               tensor_create(env, &k, B, Hkv, Nk, D, LAYOUT_BHND, FCL_DTYPE_F32, 1) |
               tensor_create(env, &v, B, Hkv, Nk, D, LAYOUT_BHND, FCL_DTYPE_F32, 1) |
-              tensor_create(env, &o, B, H, Nq, D, LAYOUT_BHND, FCL_DTYPE_F32, 0);
+              tensor_create(env, &o, B, H, Nq, D, LAYOUT_BHND, FCL_DTYPE_F32, 0) |
+              tensor_create(env, &o2, B, H, Nq, D, LAYOUT_BHND, FCL_DTYPE_F32, 0);
   fcl_attention_desc desc;
   memset(&desc, 0, sizeof desc);
   desc.batch = B, desc.num_heads = H, desc.num_kv_heads = Hkv, desc.seqlen_q = Nq, desc.seqlen_k = Nk, desc.head_dim = D;
   desc.dtype = FCL_DTYPE_F32;
-  float *first = malloc((size_t)(B * H * Nq * D) * sizeof(float));
-  int same = !setup, ran = 0;
+  float *first = malloc(elems * sizeof(float)), *alone2 = malloc(elems * sizeof(float));
+  int same = !setup && first && alone2, ran = 0;
   fcl_plan_info info;
   memset(&info, 0, sizeof info);
   fcl_describe_plan(env->fcl, FCL_OP_FORWARD, &desc, &info);
@@ -88,13 +92,29 @@ static void determinism(test_env *env) {
       break;
     }
     ++ran;
-    if (run == 0) memcpy(first, o.host, (size_t)(B * H * Nq * D) * sizeof(float));
-    else same = memcmp(first, o.host, (size_t)(B * H * Nq * D) * sizeof(float)) == 0;
+    if (run == 0) memcpy(first, o.host, elems * sizeof(float));
+    else same = memcmp(first, o.host, elems * sizeof(float)) == 0;
   }
   check(same && ran == 2, "decode determinism (B=1 H=8 Hkv=2 Nq=2 Nk=3001, %d splits): two runs bitwise equal",
         info.splits);
-  free(first);
-  tensor_release(&q), tensor_release(&k), tensor_release(&v), tensor_release(&o);
+  int apart = same;
+  if (apart &&
+      (tensor_poison(env, &o2) ||
+       fcl_attention_forward(env->fcl, env->queue, &desc, q2.buf, k.buf, v.buf, o2.buf, NULL, 0, NULL, NULL) ||
+       tensor_read(env, &o2)))
+    apart = 0;
+  if (apart) memcpy(alone2, o2.host, elems * sizeof(float));
+  if (apart && (tensor_poison(env, &o) || tensor_poison(env, &o2) ||
+                fcl_attention_forward(env->fcl, env->queue, &desc, q.buf, k.buf, v.buf, o.buf, NULL, 0, NULL, NULL) ||
+                fcl_attention_forward(env->fcl, env->queue, &desc, q2.buf, k.buf, v.buf, o2.buf, NULL, 0, NULL, NULL) ||
+                tensor_read(env, &o) || tensor_read(env, &o2)))
+    apart = 0;
+  check(apart && memcmp(first, o.host, elems * sizeof(float)) == 0 && memcmp(alone2, o2.host, elems * sizeof(float)) == 0,
+        "decode back to back (%d splits): two calls enqueued without waiting give each its O alone, bitwise",
+        info.splits);
+  free(first), free(alone2);
+  tensor_release(&q), tensor_release(&q2), tensor_release(&k), tensor_release(&v), tensor_release(&o);
+  tensor_release(&o2);
 }
 
 /* The forward over all keys against fcl_attention_merge of forwards over disjoint key ranges: three
