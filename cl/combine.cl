@@ -20,7 +20,7 @@ typedef store_t part_t;
 #define PART_LOAD(p, i) LOAD(p, i)
 #endif
 
-#define VW (D % 4 == 0 ? 4 : 1)      /* columns a load covers */
+#define VW (D % 4 == 0 ? 4 : 1)      /* adjacent columns a work-item takes together */
 #define NV (D / VW)                  /* column groups in a row */
 #define CV (NV < WG ? NV : WG)       /* column groups a pass covers */
 #define PL (WG / CV < 8 ? WG / CV : 8) /* part lanes (more would lengthen their merge more than the loads) */
