@@ -183,6 +183,9 @@ int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
    efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
    a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
    warps a compute unit, chunks of at least four tiles; with paged keys up to 1.5x that (plan.c says why). */
+/* Work-groups of local_bytes each that one multiprocessor of caps holds by shared memory; 0 when its compute
+   capability is not in the table (plan_nvidia.c). */
+int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes);
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                     const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's

@@ -176,13 +176,15 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
     }
     while (s > 1 && tiles < 4LL * s) s /= 2;
     /* Paged keys resolve each tile's rows through the block table before loading them, so a work-group waits
-       longer and more of them pay: 1.5x the count, within the six one-warp work-groups a unit that local
-       memory holds (one more would start a second wave: 56% slower on one row), and beyond the dense count
-       only in chunks of at least eight tiles (the last may hold fewer). That is the fastest count measured on all six of the H200's
-       paged decode rows, 6-13% faster than the dense count on four (docs/notes-nvidia.md, v13). */
-    if (p->block_table && s > 1) {
+       longer and more of them pay: 1.5x the count, within the work-groups the units hold at once by local
+       memory (one more would start a second wave: 56% slower on one row), and beyond the dense count only in
+       chunks of at least eight tiles (the last may hold fewer). That is the fastest count measured on all six
+       of the H200's paged decode rows (six work-groups a unit there), 6-13% faster than the dense count on
+       four (docs/notes-nvidia.md, v13). Where the units' local memory is not known, the dense count. */
+    const int resident = p->block_table ? fcl_nvidia_groups_per_unit(caps, t->local_bytes) : 0;
+    if (resident > 0 && s > 1) {
       int more = s + s / 2 > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : s + s / 2;
-      const double slots = 6.0 * cus / warps;
+      const double slots = (double)resident * cus / groups;
       if (more > slots) more = (int)slots;
       if (more > tiles / 8) more = (int)(tiles / 8);
       /* As few chunks as hold the tiles at that size (fcl_split_keys cuts whole chunks of ceil(tiles / s)

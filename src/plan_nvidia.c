@@ -16,6 +16,15 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged) {
   return (kv > o ? kv : o) * 2 + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
 }
 
+int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) {
+  /* Shared memory a multiprocessor holds, by compute capability (CUDA's table of them); each work-group
+     also takes 1 KB the driver reserves. */
+  const int cc = caps->nv_cc_major * 10 + caps->nv_cc_minor;
+  const size_t kib = cc == 80 || cc == 87 ? 164 : cc == 86 || cc == 89 || caps->nv_cc_major == 12 ? 100
+                     : caps->nv_cc_major == 9 || caps->nv_cc_major == 10 ? 228 : 0;
+  return kib ? (int)((kib << 10) / (local_bytes + 1024)) : 0;
+}
+
 /* Every row of the tensor starts on a 16-byte boundary (8 elements of 2 bytes), as cp.async and the
    vector O store need. A stride along a dimension of extent 1 is never used, so it does not count. */
 static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t extent[3]) {

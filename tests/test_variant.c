@@ -253,6 +253,31 @@ static void planner_cases(void) {
           (long long)paged[i].b, (long long)paged[i].h, (long long)paged[i].hkv, (long long)paged[i].nq,
           (long long)paged[i].nk, splits, paged[i].splits);
   }
+
+  /* The paged count is bounded by the work-groups the units hold at once, from the compute capability's
+     shared memory: 6 of the one-warp paged decode work-groups on 9.0 (228 KB), 4 on 8.0 (164 KB), 2 on 8.6
+     (100 KB); an unknown capability keeps the dense count. B=1 H=32 Hkv=32 Nk=131072 (32 work-groups, dense
+     count 16) on 132 units. */
+  static const struct {
+    int major, minor, per_unit, splits;
+  } cc[] = {{9, 0, 6, 24}, {8, 0, 4, 16}, {8, 6, 2, 16}, {11, 0, 0, 16}};
+  for (size_t i = 0; i < sizeof cc / sizeof cc[0]; ++i) {
+    fcl_device_caps dev = h200;
+    dev.nv_cc_major = cc[i].major, dev.nv_cc_minor = cc[i].minor;
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.num_heads = desc.num_kv_heads = 32, desc.seqlen_q = 1, desc.seqlen_k = 131072;
+    desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
+    fcl_problem dp;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? 0 : -1;
+    dp.block_table = (cl_mem)&desc;
+    if (r == 0) r = fcl_plan_nvidia_forward(&dev, &no_overrides, &dp, 0, NULL, &t);
+    const int per_unit = r == 0 ? fcl_nvidia_groups_per_unit(&dev, t.local_bytes) : -1;
+    check(r == 0 && per_unit == cc[i].per_unit && t.splits == cc[i].splits,
+          "planner: paged decode on compute capability %d.%d: %d work-groups of %zu B a unit (want %d), %d chunks "
+          "(want %d)",
+          cc[i].major, cc[i].minor, per_unit, t.local_bytes, cc[i].per_unit, r == 0 ? t.splits : 0, cc[i].splits);
+  }
 }
 
 /* The tensor-core backward's planner over the same made-up devices: f16/bf16 at head_dim 64 and 128 (and every
