@@ -190,8 +190,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
       /* As few chunks as hold the tiles at that size (fcl_split_keys cuts whole chunks of ceil(tiles / s)
          tiles, so a larger count would only add empty work-groups). */
       if (more > s) {
-        const int64_t per = (tiles + more - 1) / more;
-        s = (int)((tiles + per - 1) / per);
+        const int64_t per = (tiles + more - 1) / more, trimmed = (tiles + per - 1) / per;
+        if (trimmed > s) s = (int)trimmed;
       }
     }
     return s;
