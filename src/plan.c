@@ -65,9 +65,11 @@ typedef struct portable_shape {
 } portable_shape;
 
 /* CPUs, tried in order: CPUs run a work-group as a loop over its work-items, so few work-items with large
-   tiles each (16 rows x 16 keys, head_dim/4 output columns) do about three times the work per CPU-second of
-   the GPU shapes under PoCL (docs/notes-portable.md). Registers do not bound this: the tiles live in cache. */
-static const portable_shape cpu_shapes[] = {{4, 4, 16, 16}, {4, 4, 8, 8}};
+   tiles each do several times the work per CPU-second of the GPU shapes under PoCL: two work-items of 64
+   rows x 64 keys and every output column ran 1.3-1.6x faster than 4x4 of 16 x 16 at head_dim 64 to 256 and
+   2x faster on one-row decode (docs/notes-portable.md, v4). Registers do not bound this: the tiles live in
+   cache. The smaller shapes serve devices with less local memory or a loop budget. */
+static const portable_shape cpu_shapes[] = {{2, 1, 64, 64}, {4, 4, 16, 16}, {4, 4, 8, 8}};
 
 /* Every other device (and a CPU where neither fits): a search from the largest tiles down, tc from the row of
    this table that applies to head_dim (the first with head_dim <= max_head_dim) down to 1. tc sets each
@@ -103,7 +105,9 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
   if (caps->is_cpu)
     for (size_t i = 0; i < sizeof cpu_shapes / sizeof cpu_shapes[0]; ++i) {
       const portable_shape *c = &cpu_shapes[i];
-      if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c->tr, c->tc, c->rm, c->rn, 1, -1, out) == 0) {
+      /* Under a loop budget (llvmpipe) a shape must run at least one key tile within it. */
+      if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c->tr, c->tc, c->rm, c->rn, 1, -1, out) == 0 &&
+          !(caps->loop_budget && fcl_forward_max_key_tiles(out, caps->loop_budget) < 0)) {
         snprintf(out->reason, sizeof out->reason,
                  "CPU shape: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed", c->tr,
                  c->tc, c->rm, c->rn, out->dn);
