@@ -98,14 +98,13 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
   } else if ((st = fcl_scratch_get(ctx, queue, bytes, &part, &last))) {
     return st;
   }
-  /* The caller's wait list and the scratch's previous use (its own queue's: on an in-order queue the order
-     holds it, and a wait list would cost the chain its single event). */
+  /* The caller's wait list and the scratch's previous use (kept on out-of-order queues only, scratch.c). */
   cl_event waits_small[8], *waits = waits_small;
   if (num_wait + 1 > 8 && !(waits = malloc((num_wait + 1) * sizeof *waits)))
     return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
   cl_uint n = 0;
   for (cl_uint i = 0; i < num_wait; ++i) waits[n++] = wait[i];
-  if (last && !fcl_queue_in_order(queue)) waits[n++] = last;
+  if (last) waits[n++] = last;
   const cl_long lse_off = (cl_long)((size_t)t->splits * rows * (size_t)p->d);
   const fcl_merge_parts parts = {part, 0, {(int64_t)(p->heads * p->nq * p->d), p->nq * p->d, p->d},
                                  (int64_t)(rows * (size_t)p->d), part, lse_off, (cl_uint)t->splits, 0};

@@ -325,10 +325,11 @@ char *fcl_tune_file_path(const fcl_context *ctx, int head_dim, fcl_dtype dtype);
 
 typedef struct fcl_scratch fcl_scratch;
 /* The context's scratch buffer for queue, at least bytes long; *last is the completion event of its
-   previous use (NULL: none), which work that writes it must wait for. Caller holds ctx->lock from here
+   previous use (NULL: none, or an in-order queue, which orders the uses itself), which work that writes it
+   must wait for. Caller holds ctx->lock from here
    until fcl_scratch_used. */
 fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t bytes, cl_mem *buf, cl_event *last);
-/* Records done (retained; may be NULL) as the completion of the buffer's latest use. */
+/* Records done (retained; may be NULL) as the completion of the buffer's latest use (out-of-order queues). */
 void fcl_scratch_used(fcl_context *ctx, cl_command_queue queue, cl_event done);
 /* Bytes of scratch the context holds over all queues. */
 size_t fcl_scratch_bytes(const fcl_context *ctx);

@@ -1,8 +1,9 @@
 /* Device scratch that the context owns: one buffer per command queue, for the partial results of
  * split-KV. A buffer is reused by every later call on its queue (steady-state calls allocate nothing)
- * and grows when a call needs more; calls on different queues never share one. The completion event of
- * a buffer's last use is kept, so a call on an out-of-order queue waits for it before overwriting. The
- * queue is retained until fcl_context_release. */
+ * and grows when a call needs more; calls on different queues never share one. On an out-of-order queue
+ * the completion event of a buffer's last use is kept, so the next call waits for it before overwriting; an
+ * in-order queue orders the uses itself, and a wait list there would cost the call's event chain its single
+ * event (chain.c). The queue is retained until fcl_context_release. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -11,7 +12,8 @@ struct fcl_scratch {
   cl_command_queue queue;
   cl_mem buf;
   size_t size;
-  cl_event last; /* completion of the buffer's last use; NULL: none pending */
+  int in_order;   /* the queue runs commands in order: no last use is kept */
+  cl_event last; /* out of order: completion of the buffer's last use; NULL: none pending */
   fcl_scratch *next;
 };
 
@@ -22,6 +24,7 @@ fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t byte
     if (!(s = calloc(1, sizeof *s))) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
     FCL_CL_CHECK(clRetainCommandQueue(queue));
     s->queue = queue;
+    s->in_order = fcl_queue_in_order(queue);
     s->next = ctx->scratch;
     ctx->scratch = s;
   }
@@ -60,6 +63,7 @@ fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t byte
 void fcl_scratch_used(fcl_context *ctx, cl_command_queue queue, cl_event done) {
   for (fcl_scratch *s = ctx->scratch; s; s = s->next)
     if (s->queue == queue) {
+      if (s->in_order) return;
       if (s->last) clReleaseEvent(s->last);
       s->last = done;
       if (done) clRetainEvent(done);
