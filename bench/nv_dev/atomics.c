@@ -12,11 +12,6 @@
 
 #include "dev_util.h"
 
-static int cmpd(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 4096, heads = argc > 2 ? atoi(argv[2]) : 64, d = 128;
   if (n <= 0 || n % 128 != 0 || heads <= 0) {
@@ -85,7 +80,7 @@ int main(int argc, char **argv) {
         clReleaseProgram(p);
         continue;
       }
-      qsort(t + 1, 5, sizeof t[0], cmpd);
+      qsort(t + 1, 5, sizeof t[0], dev_cmp_double);
       const double adds = (double)heads * (n / keys) * n * d / vec;
       printf("keys %3d rows %2d vec %d: %8.3f ms %7.1f G/s %.3g adds %s\n", keys, rows, vec, t[3], adds / t[3] * 1e-6,
              adds, landed ? "yes" : "NO");

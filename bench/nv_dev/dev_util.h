@@ -36,4 +36,10 @@ static inline cl_device_id dev_first_gpu(void) {
   return dev;
 }
 
+/* qsort's comparison of doubles, for medians of timings. */
+static inline int dev_cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
 #endif

@@ -14,11 +14,6 @@
 
 static const char *src = "__kernel void nearly_empty(__global int *x) { if (x[0] == 12345) x[1] = 0; }\n";
 
-static int cmpd(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double span_us(cl_event from, cl_event to) {
   cl_ulong a = 0, b = 0;
   clGetEventProfilingInfo(from, CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
@@ -69,7 +64,7 @@ int main(int argc, char **argv) {
       if (a) clReleaseEvent(a);
       if (b) clReleaseEvent(b);
     }
-    qsort(t, 50, sizeof t[0], cmpd);
+    qsort(t, 50, sizeof t[0], dev_cmp_double);
     printf("%-45s %8.2f us (min %.2f)\n", names[c], t[25], t[0]);
   }
   return 0;

@@ -175,11 +175,6 @@ static double ev_ms(cl_event e) {
   return (b - a) * 1e-6;
 }
 
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double flops(int d, int n, int causal) {
   double f = 4.0 * 4 * 16 * (double)n * n * d;
   return causal ? f / 2 : f;
@@ -219,7 +214,7 @@ static double time_it(const fcl_attention_desc *desc, cl_kernel kernel, int br, 
     if (i >= 3) t[i - 3] = ev_ms(e);
     clReleaseEvent(e);
   }
-  qsort(t, iters, sizeof t[0], cmpd);
+  qsort(t, iters, sizeof t[0], dev_cmp_double);
   return t[iters / 2];
 }
 
