@@ -60,6 +60,20 @@ static void table_cases(void) {
   }
 }
 
+/* The tensor-core forward's plan for an f16, head_dim 128 problem with paged keys (a stand-in block table,
+   set before planning as the library plans; the planner only tests it against NULL). */
+static int paged_decode_plan(const fcl_device_caps *caps, int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nk,
+                             fcl_tile_plan *t) {
+  fcl_attention_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.batch = b, desc.num_heads = h, desc.num_kv_heads = hkv, desc.seqlen_q = nq, desc.seqlen_k = nk;
+  desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
+  fcl_problem dp;
+  if (fcl_resolve_problem(&desc, &dp) != FCL_SUCCESS) return -1;
+  dp.block_table = (cl_mem)&desc;
+  return fcl_plan_nvidia_forward(caps, &no_overrides, &dp, 0, NULL, t);
+}
+
 static void planner_cases(void) {
   fcl_device_caps nv;
   memset(&nv, 0, sizeof nv);
@@ -228,8 +242,8 @@ static void planner_cases(void) {
           seq[i].splits);
   }
 
-  /* Paged keys (a block table, the same stand-in, set before planning as the library plans): 1.5x the dense
-     rule's count, within six one-warp work-groups a unit, beyond the dense count only in chunks of at least
+  /* Paged keys: 1.5x the dense rule's count, within the six one-warp work-groups a unit of compute
+     capability 9.0 holds, beyond the dense count only in chunks of at least
      eight tiles, and no more chunks than that chunk size needs. */
   static const struct {
     int64_t b, h, hkv, nq, nk;
@@ -239,14 +253,7 @@ static void planner_cases(void) {
                {1, 32, 8, 1, 256, 1},    {1, 32, 32, 1, 12000, 21},  /* 188 tiles: 23 wanted, 21 chunks of 9 */
                {1, 8, 1, 1, 131072, 128}};                                /* 1.5 x 128 capped at FCL_MAX_SPLITS */
   for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
-    fcl_attention_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = paged[i].b, desc.num_heads = paged[i].h, desc.num_kv_heads = paged[i].hkv;
-    desc.seqlen_q = paged[i].nq, desc.seqlen_k = paged[i].nk, desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
-    fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? 0 : -1;
-    dp.block_table = (cl_mem)&desc;
-    if (r == 0) r = fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t);
+    r = paged_decode_plan(&h200, paged[i].b, paged[i].h, paged[i].hkv, paged[i].nq, paged[i].nk, &t);
     const int splits = r == 0 ? t.splits : 0;
     check(r == 0 && splits == paged[i].splits,
           "planner: paged decode B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld on 132 units: %d chunks (want %d)",
@@ -264,14 +271,7 @@ static void planner_cases(void) {
   for (size_t i = 0; i < sizeof cc / sizeof cc[0]; ++i) {
     fcl_device_caps dev = h200;
     dev.nv_cc_major = cc[i].major, dev.nv_cc_minor = cc[i].minor;
-    fcl_attention_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.batch = 1, desc.num_heads = desc.num_kv_heads = 32, desc.seqlen_q = 1, desc.seqlen_k = 131072;
-    desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
-    fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? 0 : -1;
-    dp.block_table = (cl_mem)&desc;
-    if (r == 0) r = fcl_plan_nvidia_forward(&dev, &no_overrides, &dp, 0, NULL, &t);
+    r = paged_decode_plan(&dev, 1, 32, 32, 1, 131072, &t);
     const int per_unit = r == 0 ? fcl_nvidia_groups_per_unit(&dev, t.local_bytes) : -1;
     check(r == 0 && per_unit == cc[i].per_unit && t.splits == cc[i].splits,
           "planner: paged decode on compute capability %d.%d: %d work-groups of %zu B a unit (want %d), %d chunks "
