@@ -607,11 +607,19 @@ typedef struct fcl_merge_parts {
   cl_uint count;
   int in_dtype;
 } fcl_merge_parts;
-/* The combine kernel for parts of in_dtype and its work-group, checked against the loop budget for count
-   parts: prepared before anything of the operation is enqueued. Caller holds ctx->lock. */
+/* cl/combine.cl's layout for `parts` parts of d columns: pl, the part lanes asked for (the PL define); for a
+   work-group of wg, vw columns a column group, the lanes it has, cv column groups a slice and the slices of a
+   row. */
+typedef struct fcl_combine_layout {
+  int pl, vw, lanes, cv, slices;
+} fcl_combine_layout;
+fcl_combine_layout fcl_combine_layout_of(int64_t parts, int64_t d, size_t wg);
+/* The combine kernel for count parts of in_dtype, its work-group and slices, checked against the loop budget:
+   prepared before anything of the operation is enqueued. Caller holds ctx->lock. */
 typedef struct fcl_combine {
   cl_kernel kernel;
   size_t wg;
+  int slices;
 } fcl_combine;
 fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dtype, cl_uint count, fcl_combine *out);
 /* Enqueues the combine of parts into o (p's dtype and o layout) and lse (optional), adding p's sinks once.
@@ -653,7 +661,7 @@ fcl_status fcl_backward_supported(const fcl_problem *p);
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles);
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles);
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
-/* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row. */
+/* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row slice. */
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
 /* The backward's d_sinks kernel over batch sequences of at most nq query rows each, with wg work-items. */
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg);

@@ -106,14 +106,10 @@ uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
 /* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
 
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
-  /* combine.cl's VW, NV, CV, PL and NVI. */
-  const uint64_t n = (uint64_t)(parts > 0 ? parts : 0), w = wg ? wg : 1, dd = (uint64_t)(d > 0 ? d : 0);
-  const uint64_t vw = dd % 4 == 0 ? 4 : 1, nv = dd / vw, cv = nv < w ? nv : w, lanes = cv ? w / cv : w;
-  const uint64_t pl = lanes < 8 ? lanes : 8;
-  const uint64_t nvi = ceil_div(nv, cv ? cv : 1), state = nest(nvi, vw); /* one pass over a work-item's columns */
-  return state /* A = 0 */ + nest(ceil_div(n, pl), 2 * state) /* its parts: loads, update */ +
-         state /* to local */ + pl /* lanes' maximum */ + state /* A = 0 */ + nest(pl, state) /* lanes' merge */ +
-         state /* store */;
+  const fcl_combine_layout c = fcl_combine_layout_of(parts, d, wg);
+  const uint64_t n = (uint64_t)(parts > 0 ? parts : 0), vw = (uint64_t)c.vw, lanes = (uint64_t)c.lanes;
+  return vw /* A = 0 */ + nest(ceil_div(n, lanes), 2 * vw) /* its parts: loads, update */ + vw /* to local */ +
+         lanes /* lanes' maximum */ + vw /* A = 0 */ + nest(lanes, vw) /* lanes' merge */ + vw /* store */;
 }
 
 /* ---- the reference path's row softmax: cl/softmax.cl, one work-group of wg per row of nk scores ---- */

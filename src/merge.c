@@ -5,22 +5,35 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const combine_files[] = {"common.cl", "combine.cl"};
-
-/* Work-items of the combine kernel: up to 128 (a column each at head_dim 128), a power of two the device and
-   kernel admit. */
-static fcl_status combine_kernel(fcl_context *ctx, const fcl_problem *p, int part_in_dtype, cl_kernel *kernel,
-                                 size_t *wg_out) {
-  char defines[128];
-  snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d%s%s", (int)p->dtype, part_in_dtype, (int)p->d,
-           p->sinks ? " -DSINKS=1" : "", p->cu_q ? " -DVARLEN_Q=1" : "");
-  return fcl_get_kernel_wg(ctx, combine_files, 2, "fcl_combine", defines, 128, kernel, wg_out);
+fcl_combine_layout fcl_combine_layout_of(int64_t parts, int64_t d, size_t wg) {
+  fcl_combine_layout c;
+  /* Lanes of at most four parts each where 16 lanes allow (one round of loads a lane, combine.cl unrolls
+     four), so a row's loads are in flight together; more lanes would lengthen their merge. */
+  c.pl = 1;
+  while (c.pl < 16 && (int64_t)c.pl * 4 < parts) c.pl *= 2;
+  c.vw = d % 4 == 0 ? 4 : 1;
+  const int nv = (int)(d / c.vw), w = wg ? (int)wg : 1;
+  c.lanes = c.pl < w ? c.pl : w;
+  c.cv = nv < w / c.lanes ? nv : w / c.lanes;
+  c.slices = (nv + c.cv - 1) / c.cv;
+  return c;
 }
 
 fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dtype, cl_uint count,
                                fcl_combine *out) {
-  fcl_status st = combine_kernel(ctx, p, in_dtype, &out->kernel, &out->wg);
-  return st ? st : fcl_combine_within_budget(&ctx->caps, (int64_t)count, p->d, out->wg);
+  /* Work-items: the lanes times the column groups of a row, at most 128, a power of two the device and the
+     kernel admit. */
+  const fcl_combine_layout want = fcl_combine_layout_of(count, p->d, 128);
+  size_t max_wg = 1;
+  while (max_wg < 128 && max_wg < (size_t)want.pl * (size_t)(p->d / want.vw)) max_wg *= 2;
+  char defines[128];
+  snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d -DPL=%d%s%s", (int)p->dtype, in_dtype, (int)p->d,
+           want.pl, p->sinks ? " -DSINKS=1" : "", p->cu_q ? " -DVARLEN_Q=1" : "");
+  static const char *const files[] = {"common.cl", "combine.cl"};
+  fcl_status st = fcl_get_kernel_wg(ctx, files, 2, "fcl_combine", defines, max_wg, &out->kernel, &out->wg);
+  if (st) return st;
+  out->slices = fcl_combine_layout_of(count, p->d, out->wg).slices;
+  return fcl_combine_within_budget(&ctx->caps, (int64_t)count, p->d, out->wg);
 }
 
 fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, const fcl_combine *c,
@@ -46,8 +59,8 @@ fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, con
   const cl_int total_q = (cl_int)p->total_q;
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_mem), p->cu_q ? &p->cu_q : NULL));
   FCL_CL_CHECK(clSetKernelArg(kernel, a++, sizeof(cl_int), &total_q));
-  const size_t rows = (size_t)(p->batch * p->heads * p->nq), global = rows * wg;
-  FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &wg, num_wait, wait, event));
+  const size_t global[2] = {(size_t)(p->batch * p->heads * p->nq) * wg, (size_t)c->slices}, local[2] = {wg, 1};
+  FCL_CL_CHECK(clEnqueueNDRangeKernel(queue, kernel, 2, NULL, global, local, num_wait, wait, event));
   return FCL_SUCCESS;
 }
 

@@ -214,22 +214,22 @@ static void test_forced(test_env *env) {
   env->fcl = saved;
   fcl_context_release(ctx);
 
-  /* fcl_attention_merge of 400 parts past a budget of 300 (at head_dim 4 and 128 work-items each of the
-     combine's 8 part lanes takes 50: 626 loop iterations a work-item); 40 parts stay within it. */
+  /* fcl_attention_merge of 800 parts past a budget of 300 (at head_dim 4 each of the combine's 16 part lanes
+     takes 50: 496 loop iterations a work-item); 40 parts stay within it (120). */
   setenv("FLASHCL_LOOP_BUDGET", "300", 1);
   ctx = context_in(env, "");
   if (ctx) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.batch = desc.num_heads = desc.seqlen_q = desc.seqlen_k = 1, desc.head_dim = 4, desc.dtype = FCL_DTYPE_F32;
-    cl_mem parts = create_float_buffer(env, 400 * 4, 0.5f), lses = create_float_buffer(env, 400, 0.0f);
+    cl_mem parts = create_float_buffer(env, 800 * 4, 0.5f), lses = create_float_buffer(env, 800, 0.0f);
     cl_mem out = create_float_buffer(env, 4, NAN);
     cl_event ev = NULL;
     fcl_status st = parts && lses && out
-                        ? fcl_attention_merge(ctx, env->queue, &desc, 400, parts, 4, lses, out, NULL, 0, NULL, &ev)
+                        ? fcl_attention_merge(ctx, env->queue, &desc, 800, parts, 4, lses, out, NULL, 0, NULL, &ev)
                         : FCL_ERROR_OUT_OF_RESOURCES;
     check(st == FCL_ERROR_UNSUPPORTED && !ev && strstr(fcl_last_error(), "loop iterations per work-item"),
-          "merge of 400 parts past a budget of 300: %s: %s", fcl_status_string(st), fcl_last_error());
+          "merge of 800 parts past a budget of 300: %s: %s", fcl_status_string(st), fcl_last_error());
     st = parts && lses && out ? fcl_attention_merge(ctx, env->queue, &desc, 40, parts, 4, lses, out, NULL, 0, NULL, &ev)
                               : FCL_ERROR_OUT_OF_RESOURCES;
     if (ev) clWaitForEvents(1, &ev), clReleaseEvent(ev);
