@@ -122,8 +122,8 @@ static void determinism(test_env *env) {
    each of the combine's part lanes). One more part that saw no key (lse -inf) holds NaN in O: the merge
    leaves it out. Not causal and no position-dependent modifier (a key range's rows would be aligned
    differently); sinks are left out of the parts and added by the merge. */
-static void merge_property(test_env *env, fcl_dtype dt, int with_sinks, int many) {
-  const long long B = 2, H = 4, Hkv = 2, Nq = 5, Nk = 700, D = 40;
+static void merge_property(test_env *env, fcl_dtype dt, int with_sinks, int many, long long D) {
+  const long long B = 2, H = 4, Hkv = 2, Nq = 5, Nk = 700;
   const int nparts = many ? many : 3, all_parts = nparts + 1;
   long long cut[701] = {0, 123, 124, Nk};
   if (many)
@@ -249,9 +249,15 @@ static void run_determinism(test_env *env, const void *unused) {
   determinism(env);
 }
 
+/* Merge cases: dtype, sinks, parts and head_dim. 300 parts at head_dim 40 give the combine 16 lanes of up to
+   19 parts and two column slices, the second part-filled; 60 at head_dim 37 (one column a group) five slices. */
+typedef struct merge_case {
+  int dtype, sinks, many, d;
+} merge_case;
+
 static void run_merge(test_env *env, const void *arg) {
-  const int t = *(const int *)arg;
-  merge_property(env, dtypes[t % 3], t == 1, t == 3 ? 300 : 0);
+  const merge_case *c = arg;
+  merge_property(env, dtypes[c->dtype], c->sinks, c->many, c->d);
 }
 
 static void run_caller_workspace(test_env *env, const void *unused) {
@@ -265,7 +271,7 @@ int main(int argc, char **argv) {
   enum { MAX = 72 };
   static fwd_case cases[64];
   static test_case list[MAX];
-  static const int merge_dtypes[4] = {0, 1, 2, 3}; /* 3: f32 in 300 parts */
+  static const merge_case merges[5] = {{0, 0, 0, 40}, {1, 1, 0, 40}, {2, 0, 0, 40}, {0, 0, 300, 40}, {0, 0, 60, 37}};
   const int count = cli.small ? small_cases(cases) : full_cases(cases);
   int n = 0;
   char name[TEST_CASE_NAME_MAX];
@@ -275,10 +281,11 @@ int main(int argc, char **argv) {
   }
   if (!cli.small) {
     n = test_case_add(list, n, MAX, "", "determinism", run_determinism, NULL);
-    n = test_case_add(list, n, MAX, "", "merge_f32", run_merge, &merge_dtypes[0]);
-    n = test_case_add(list, n, MAX, "", "merge_f16_sinks", run_merge, &merge_dtypes[1]);
-    n = test_case_add(list, n, MAX, "", "merge_bf16", run_merge, &merge_dtypes[2]);
-    n = test_case_add(list, n, MAX, "", "merge_f32_300_parts", run_merge, &merge_dtypes[3]);
+    n = test_case_add(list, n, MAX, "", "merge_f32", run_merge, &merges[0]);
+    n = test_case_add(list, n, MAX, "", "merge_f16_sinks", run_merge, &merges[1]);
+    n = test_case_add(list, n, MAX, "", "merge_bf16", run_merge, &merges[2]);
+    n = test_case_add(list, n, MAX, "", "merge_f32_300_parts", run_merge, &merges[3]);
+    n = test_case_add(list, n, MAX, "", "merge_f32_60_parts_d37", run_merge, &merges[4]);
     n = test_case_add(list, n, MAX, "", "caller_workspace", run_caller_workspace, NULL);
   }
   return test_cases_main("test_decode", &cli, list, n);
