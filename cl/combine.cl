@@ -13,8 +13,8 @@
  * row over more compute units (src/merge.c picks PL). The order of every sum is fixed, so the result's bits
  * do not depend on timing.
  * Defines: DTYPE (the output's storage type), PART (0: float32 partials, 1: partials in DTYPE), D, WG, PL (part
- * lanes asked for, a power of two), SINKS and VARLEN_Q (common.cl). Grid: (rows x WG, slices); fcl_combine_layout
- * (src/loop_bounds.c) computes CV and the slices as this file does. */
+ * lanes asked for, a power of two), SINKS and VARLEN_Q (common.cl). Grid: (rows x WG, slices);
+ * fcl_combine_layout_of (src/merge.c) computes CV and the slices as this file does. */
 #if PART == 0
 typedef float part_t;
 #define PART_LOAD(p, i) ((p)[i])

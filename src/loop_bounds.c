@@ -103,7 +103,7 @@ uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
   return nest(b, ceil_div((uint64_t)(nq > 0 ? nq : 0), wg ? wg : 1)) + halvings(wg);
 }
 
-/* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row ---- */
+/* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row slice ---- */
 
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
   const fcl_combine_layout c = fcl_combine_layout_of(parts, d, wg);
