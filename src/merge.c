@@ -25,7 +25,7 @@ fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dt
      kernel admit. */
   const fcl_combine_layout want = fcl_combine_layout_of(count, p->d, 128);
   size_t max_wg = 1;
-  while (max_wg < 128 && max_wg < (size_t)want.pl * (size_t)(p->d / want.vw)) max_wg *= 2;
+  while (max_wg < (size_t)want.lanes * (size_t)want.cv) max_wg *= 2;
   char defines[128];
   snprintf(defines, sizeof defines, "-DDTYPE=%d -DPART=%d -DD=%d -DPL=%d%s%s", (int)p->dtype, in_dtype, (int)p->d,
            want.pl, p->sinks ? " -DSINKS=1" : "", p->cu_q ? " -DVARLEN_Q=1" : "");
