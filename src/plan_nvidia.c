@@ -123,6 +123,13 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
   if (block_rows < rule_rows && block_rows <= 64) {
     first.warps = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
+    /* A grid of at most one such block per eight compute units (batch-1 decode with GQA packing: 8 blocks)
+       leaves each chunk's tile copies to one warp with nothing beside it on its unit; a second warp, whose
+       rows are padding, halves the copies' issue time. On the H200 (docs/notes-nvidia.md, v15) that took
+       (1,32,8,1,4096) from 20.0 to 17.7 us dense and 29.7 to 19.8 paged, (1,32,8,1,32768) paged 58.1 to 55.5,
+       and changed nothing on grids of 32 blocks or more. */
+    const int64_t blocks = p->batch * (t.pack ? p->kv_heads : p->heads);
+    if (first.warps == 1 && caps->compute_units > 0 && blocks * 8 <= (int64_t)caps->compute_units) first.warps = 2;
     first.tiles = 1;
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;

@@ -181,16 +181,18 @@ static void planner_cases(void) {
   }
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
-     for up to 16 rows), the keys split to fill the device with about four warps a unit in chunks of at least
-     four tiles (the counts the H200's sweep found best or near it); no packing without GQA or with many query
-     rows. */
+     for up to 16 rows, two where the grid has at most one block per eight units: the second warp's rows are
+     padding and it only copies), the keys split to fill the device with about four row-owning warps a unit in
+     chunks of at least four tiles, two with a padding warp (the counts the H200's sweeps found best or near
+     it); no packing without GQA or with many query rows. */
   fcl_device_caps h200 = nv;
   h200.compute_units = 132;
   static const struct {
     int64_t b, h, hkv, nq, nk, d;
     int pack, br, splits;
-  } dec[] = {{1, 32, 8, 1, 32768, 128, 1, 16, 64}, {1, 32, 8, 4, 16384, 128, 1, 16, 64},
-             {1, 32, 8, 1, 4096, 128, 1, 16, 16},  {1, 32, 8, 16, 4096, 64, 1, 64, 16},
+  } dec[] = {{1, 32, 8, 1, 32768, 128, 1, 32, 64}, {1, 32, 8, 4, 16384, 128, 1, 32, 64},
+             {1, 32, 8, 1, 4096, 128, 1, 32, 32},  {1, 32, 8, 16, 4096, 64, 1, 64, 16},
+             {2, 32, 8, 1, 4096, 128, 1, 32, 32},  {4, 32, 8, 1, 4096, 128, 1, 16, 16},
              {1, 32, 32, 1, 131072, 128, 0, 16, 16}, {8, 32, 8, 1, 8192, 128, 1, 16, 8},
              {4, 32, 8, 100, 4096, 128, 0, 64, 1}, {32, 32, 8, 1, 4096, 256, 1, 16, 2}};
   for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
@@ -248,9 +250,10 @@ static void planner_cases(void) {
   static const struct {
     int64_t b, h, hkv, nq, nk;
     int splits;
-  } paged[] = {{1, 32, 8, 1, 32768, 64}, {1, 32, 8, 1, 4096, 16}, {1, 32, 32, 1, 131072, 24},
+  } paged[] = {{1, 32, 8, 1, 32768, 64}, {1, 32, 8, 1, 4096, 32}, {1, 32, 32, 1, 131072, 24},
                {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 24},
-               {1, 32, 8, 1, 256, 1},    {1, 32, 32, 1, 12000, 21},  /* 188 tiles: 23 wanted, 21 chunks of 9 */
+               {1, 32, 8, 1, 256, 2},    {1, 32, 8, 1, 128, 1},      /* a padding warp: chunks of two tiles */
+               {1, 32, 32, 1, 12000, 21},                            /* 188 tiles: 23 wanted, 21 chunks of 9 */
                {1, 8, 1, 1, 131072, 128}};                                /* 1.5 x 128 capped at FCL_MAX_SPLITS */
   for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
     r = paged_decode_plan(&h200, paged[i].b, paged[i].h, paged[i].hkv, paged[i].nq, paged[i].nk, &t);
