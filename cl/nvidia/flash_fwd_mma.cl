@@ -72,38 +72,66 @@
 #else
 #define NAN2 0x7fc07fc0u /* two bf16 NaNs */
 #endif
+#define NCOPY ((BC * CH + WG - 1) / WG) /* 16-byte copies a work-item makes of a tile */
+#if KV == 2
+/* Paged keys: the copies go in groups of PG. A group's row offsets are read from local memory first and its
+   copies are then issued without a branch, so a work-item waits for the reads once a group instead of once a
+   copy (read, test and copy one at a time, the one-warp decode kernel spent about 2 us a tile more than with
+   dense keys; docs/notes-nvidia.md, v15). A row of a block outside the pool (a scheduler's bug, never in normal
+   use) is zero-filled by its copy and overwritten with NaN once this work-item's copies have landed. The
+   groups are not unrolled into each other: with every copy's 64-bit offset live at once NVIDIA's compiler
+   spilled 292 B (v11). Groups of eight, or four where a warp holds two row tiles: their accumulators leave
+   fewer registers (at head_dim 128 with eight the 2 x 2 x 32 shape spilled 108 B, 12 B before; v15). */
+#define PG (MT == 1 && NCOPY % 8 == 0 ? 8 : NCOPY % 4 == 0 ? 4 : NCOPY % 2 == 0 ? 2 : 1)
 inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
-#if KV == 2
-  /* Unrolled 8 at a time: fully unrolled, NVIDIA's compiler keeps every copy's 64-bit row offset live at once
-     and the one-warp decode kernel spills 292 B; by 8 none, and it ran fastest of 1, 2, 4, 8 (notes-nvidia.md,
-     v11). */
-#pragma unroll 8
-#else
+  (void)sn;
+  int bad = 0;
+#pragma unroll 1
+  for (int i0 = 0; i0 < NCOPY; i0 += PG) {
+    long off[PG];
 #pragma unroll
-#endif
-  for (int i = 0; i < (BC * CH + WG - 1) / WG; ++i) {
+    for (int u = 0; u < PG; ++u) off[u] = rows[min((lid + (i0 + u) * WG) / CH, BC - 1)];
+#pragma unroll
+    for (int u = 0; u < PG; ++u) {
+      const int c = lid + (i0 + u) * WG;
+      if ((BC * CH) % WG == 0 || c < BC * CH) {
+        const int r = c / CH, cc = c % CH;
+        const bool ok = k0 + r < nk && cc * 8 < D, in = ok && off[u] >= 0;
+        bad |= ok && off[u] < 0;
+        CP_ASYNC16(dst + r * DS + cc * 8, in ? src + (off[u] + cc * 8) : src, in ? 16 : 0);
+      }
+    }
+  }
+  CP_ASYNC_COMMIT();
+  if (bad) {
+    CP_ASYNC_WAIT_ALL(); /* the zero fills this work-item issued have landed */
+    for (int i = 0; i < NCOPY; ++i) {
+      const int c = lid + i * WG, r = c / CH, cc = c % CH;
+      if (c < BC * CH && k0 + r < nk && cc * 8 < D && rows[r] < 0)
+        *(__local uint4 *)(dst + r * DS + cc * 8) = (uint4)(NAN2, NAN2, NAN2, NAN2);
+    }
+  }
+}
+#else
+inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
+                          int k0, int nk, int lid) {
+  (void)rows;
+#pragma unroll
+  for (int i = 0; i < NCOPY; ++i) {
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
       const bool ok = k0 + r < nk && cc * 8 < D;
-#if KV == 2
-      const long off = rows[r];
-      if (ok && off < 0) {
-        *(__local uint4 *)(dst + r * DS + cc * 8) = (uint4)(NAN2, NAN2, NAN2, NAN2);
-        continue;
-      }
-      __global const store_t *s = ok ? src + (off + cc * 8) : src;
-#else
       /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
          per-chunk offsets that the compiler hoists out of the key loop at one register each. */
       __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * 8) : src;
-#endif
       CP_ASYNC16(dst + r * DS + cc * 8, s, ok ? 16 : 0);
     }
   }
   CP_ASYNC_COMMIT();
 }
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
