@@ -166,9 +166,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
        warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
        count or within 3% of it on the six decode rows measured (v13). */
-    /* Warps that own real rows: a decode block's padding warp (fcl_plan_nvidia_forward) only helps copy. */
-    const int64_t real_rows = p->nq * (t->pack ? p->group : 1);
-    const int row_warps = t->rm > 0 && real_rows < t->br ? (int)((real_rows + 16 * t->rm - 1) / (16 * t->rm)) : t->tr;
+    /* Warps that own rows: a decode block's copying warp (fcl_plan_nvidia_forward) only helps load tiles. */
+    const int row_warps = t->tr - t->copy_warps;
     const double warps = groups * (row_warps > 0 ? row_warps : 1), want = 4.0 * cus / warps;
     int s = want <= 1 ? 1 : 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
     /* Keys counted per sequence in a batch (cu_seqlens_k, seqlens_k): the host does not see the lengths, and
@@ -183,7 +182,7 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
     }
     /* With a padding warp copying beside the one that computes, chunks of two tiles (the H200's batch-1 decode
        at N = 4096: 32 chunks 17.7 us, 16 chunks 19.3). */
-    const int64_t min_chunk = row_warps < t->tr ? 2 : 4;
+    const int64_t min_chunk = t->copy_warps ? 2 : 4;
     while (s > 1 && tiles < min_chunk * s) s /= 2;
     /* Paged keys resolve each tile's rows through the block table before loading them, so a work-group waits
        longer and more of them pay: 1.5x the count, within the work-groups the units hold at once by local

@@ -114,6 +114,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
+  int copying = 0;                     /* first has a warp that only copies */
   /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
      a GQA group share one work-group's tile (GQA packing: K and V are read once per kv head, not once per
      query head), and a block has just enough warps of one 16-row tile each to cover its rows, with 64-key
@@ -129,7 +130,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
        (1,32,8,1,4096) from 20.0 to 17.7 us dense and 29.7 to 19.8 paged, (1,32,8,1,32768) paged 58.1 to 55.5,
        and changed nothing on grids of 32 blocks or more. */
     const int64_t blocks = p->batch * (t.pack ? p->kv_heads : p->heads);
-    if (first.warps == 1 && caps->compute_units > 0 && blocks * 8 <= (int64_t)caps->compute_units) first.warps = 2;
+    if (first.warps == 1 && caps->compute_units > 0 && blocks * 8 <= (int64_t)caps->compute_units) {
+      first.warps = 2;
+      copying = 1;
+    }
     first.tiles = 1;
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;
@@ -153,13 +157,14 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
     took_forced = found && i == 0;
+    t.copy_warps = found && i == 1 ? copying : 0;
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
-           "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps x %d m16 tiles, %d %s, "
+           "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local%s",
-           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.rm, t.br,
+           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one only copying)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
            t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
