@@ -157,8 +157,10 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
   if (ov->forward_splits) return ov->forward_splits;
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double cus = caps->compute_units ? caps->compute_units : 1;
-  /* The keys one block of br rows can see: all of them, or its window's span. */
-  const int64_t span = p->wl + p->wr + t->br < p->nk ? p->wl + p->wr + t->br : p->nk;
+  /* The keys one block of rows can see: all of them, or its window's span (a copying warp's padding rows
+     see nothing). */
+  const int64_t rows = (int64_t)t->br - (int64_t)t->copy_warps * t->rm * 16;
+  const int64_t span = p->wl + p->wr + rows < p->nk ? p->wl + p->wr + rows : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
   if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
     /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the

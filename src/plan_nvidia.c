@@ -117,20 +117,22 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   int copying = 0;                     /* first has a warp that only copies */
   /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
      a GQA group share one work-group's tile (GQA packing: K and V are read once per kv head, not once per
-     query head), and a block has just enough warps of one 16-row tile each to cover its rows, with 64-key
-     tiles (32 above head_dim 128) and Q in registers. Split-KV (fcl_plan_splits) then fills the device. */
+     query head), and a block has just enough warps of one 16-row tile each to cover its rows (one more on a
+     tiny grid, below), with 64-key tiles (32 above head_dim 128) and Q in registers. Split-KV
+     (fcl_plan_splits) then fills the device. */
   const int64_t rule_rows = (int64_t)rule->warps * rule->tiles * 16;
   t.pack = p->group > 1 && p->nq < rule_rows;
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
   if (block_rows < rule_rows && block_rows <= 64) {
     first.warps = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
-    /* A grid of at most one such block per eight compute units (batch-1 decode with GQA packing: 8 blocks)
+    /* A grid of at most one such block per sixteen compute units (batch-1 decode with GQA packing: 8 blocks)
        leaves each chunk's tile copies to one warp with nothing beside it on its unit; a second warp, whose
-       rows are padding, halves the copies' issue time. On the H200 (docs/notes-nvidia.md, v15) that took
-       (1,32,8,1,4096) from 20.0 to 17.7 us dense and 29.7 to 19.8 paged, (1,32,8,1,32768) paged 58.1 to 55.5,
-       and changed nothing on grids of 32 blocks or more. */
+       rows are padding, halves the copies' issue time (it also computes on its zero rows, which costs less).
+       On the H200 (docs/notes-nvidia.md, v15) that took (1,32,8,1,4096) from 20.0 to 17.7 us dense and 29.7
+       to 19.8 paged, (1,32,8,1,32768) paged 58.1 to 55.5; grids of 32 blocks or more gained nothing, and
+       those between were not measured, so they keep one warp. */
     const int64_t blocks = p->batch * (t.pack ? p->kv_heads : p->heads);
-    if (first.warps == 1 && caps->compute_units > 0 && blocks * 8 <= (int64_t)caps->compute_units) {
+    if (first.warps == 1 && caps->compute_units > 0 && blocks * 16 <= (int64_t)caps->compute_units) {
       first.warps = 2;
       copying = 1;
     }
@@ -164,7 +166,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
            "%d-key tiles%s, Q in %s, %zu B local%s",
-           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one only copying)" : "", t.rm, t.br,
+           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
            t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
