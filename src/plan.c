@@ -157,8 +157,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
   if (ov->forward_splits) return ov->forward_splits;
   const double groups = (double)fcl_forward_row_blocks(p, t) * (double)fcl_forward_grid_heads(p, t) * (double)p->batch;
   const double cus = caps->compute_units ? caps->compute_units : 1;
-  /* The keys one block of rows can see: all of them, or its window's span (a copying warp's padding rows
-     see nothing). */
+  /* The keys one block of rows can see: all of them, or its window's span (a padding warp's rows see
+     nothing). */
   const int64_t rows = (int64_t)t->br - (int64_t)t->copy_warps * t->rm * 16;
   const int64_t span = p->wl + p->wr + rows < p->nk ? p->wl + p->wr + rows : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
@@ -168,7 +168,7 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
        warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
        count or within 3% of it on the six decode rows measured (v13). */
-    /* Warps that own rows: a decode block's copying warp (fcl_plan_nvidia_forward) only helps load tiles. */
+    /* Warps that own rows: a decode block's padding warp (fcl_plan_nvidia_forward) adds no rows to compute. */
     const int row_warps = t->tr - t->copy_warps;
     const double warps = groups * (row_warps > 0 ? row_warps : 1), want = 4.0 * cus / warps;
     int s = want <= 1 ? 1 : 1 << (int)lround(log2(want > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : want));
@@ -182,7 +182,7 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
       while (floor < FCL_MAX_SPLITS && tiles > 16LL * floor) floor *= 2;
       if (s < floor) s = floor;
     }
-    /* With a padding warp copying beside the one that computes, chunks of two tiles (the H200's batch-1 decode
+    /* With a padding warp sharing the tile copies, chunks of two tiles (the H200's batch-1 decode
        at N = 4096: 32 chunks 17.7 us, 16 chunks 19.3). */
     const int64_t min_chunk = t->copy_warps ? 2 : 4;
     while (s > 1 && tiles < min_chunk * s) s /= 2;

@@ -114,7 +114,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
-  int copying = 0;                     /* first has a warp that only copies */
+  int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
   /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
      a GQA group share one work-group's tile (GQA packing: K and V are read once per kv head, not once per
      query head), and a block has just enough warps of one 16-row tile each to cover its rows (one more on a

@@ -182,7 +182,7 @@ static void planner_cases(void) {
 
   /* Decode on a 132-unit device: the query heads of a GQA group packed into one work-group's tile (one warp
      for up to 16 rows, two where the grid has at most one block per sixteen units: the second warp's rows are
-     padding and it only copies), the keys split to fill the device with about four row-owning warps a unit in
+     padding, there for its share of the tile copies), the keys split to fill the device with about four row-owning warps a unit in
      chunks of at least four tiles, two with a padding warp (the counts the H200's sweeps found best or near
      it); no packing without GQA or with many query rows. */
   fcl_device_caps h200 = nv;
