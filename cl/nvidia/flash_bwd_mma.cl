@@ -4,9 +4,10 @@
  * cl/nvidia/flash_fwd_mma.cl uses them. One kernel per program (MMA_KIND selects it):
  *
  *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
- *                                   warp w owns keys 16w..16w+15. K and V stay in local memory; the query rows
- *                                   of every query head of the kv head's group stream through two local
- *                                   buffers of BN rows of Q and dO (cp.async: step s + 1 loads during step s).
+ *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once from
+ *                                   local memory into registers; the query rows of every query head of the kv
+ *                                   head's group stream through two local buffers of BN rows of Q and dO
+ *                                   (cp.async: step s + 1 loads during step s).
  *                                   Each warp computes S^T = K Q^T and dP^T = V dO^T with its keys as the mma
  *                                   rows, so P^T and dS^T come out in the accumulator layout with keys as rows:
  *                                   packed to f16/bf16 they are already the A operand of dV += P^T dO and
@@ -113,25 +114,28 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
 #define BN_LANE(lane) ((((lane) & 7) + ((lane) >> 4) * 8) * DS + (((lane) >> 3) & 1) * 8)
 #define BK_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
 
-/* acc = A (m16, the warp's rows at a_addr) times the BN streamed rows at b_addr, transposed, over DP: S = Q K^T-like
-   products whose B rows are the n dimension. Addresses are shared-window bytes. (Inline functions rather than
-   macros, so that `#pragma unroll` stands on its own line as in flash_fwd_mma.cl; once inlined, the arrays
-   are registers.) */
-inline void fcl_mma_abt(float acc[NT][4], uint a_addr, uint b_addr) {
+/* acc = A (m16: fragments a of the warp's 16 rows over DP, in registers) times the BN streamed rows at b_addr,
+   transposed, over DP: S^T = K Q^T and dP^T = V dO^T, whose B rows are the n dimension. Addresses are
+   shared-window bytes. (Inline functions rather than macros, so that `#pragma unroll` stands on its own line
+   as in flash_fwd_mma.cl; once inlined, the arrays are registers.) */
+inline void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 #pragma unroll
-  for (int kk = 0; kk < KT; ++kk) {
-    uint a[4];
-    LDSM_X4(a[0], a[1], a[2], a[3], a_addr + (uint)(kk * 32));
+  for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint b0, b1, b2, b3;
       LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
-      MMA(acc[2 * np], a, b0, b1);
-      MMA(acc[2 * np + 1], a, b2, b3);
+      MMA(acc[2 * np], a[kk], b0, b1);
+      MMA(acc[2 * np + 1], a[kk], b2, b3);
     }
-  }
+}
+
+/* The A fragments of the warp's 16 rows over DP, from the local tile at a_addr (ldmatrix, A_LANE offsets). */
+inline void fcl_load_a(uint a[KT][4], uint a_addr) {
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) LDSM_X4(a[kk][0], a[kk][1], a[kk][2], a[kk][3], a_addr + (uint)(kk * 32));
 }
 
 /* acc += A (fragments a over the BN streamed rows) times the streamed tile at b_addr (rows are the k dimension,
@@ -161,12 +165,13 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
 
 #if MMA_KIND == 1
 
-/* Local memory: K and V [BM][DS]; Q and dO [2][BN][DS] (the step's buffer and the next one's); lse * log2(e)
-   and Dvec of the streamed rows [2][BN] as floats. At the end dK and dV go through the K and V tiles. Tile
-   shapes (plan_nvidia.c): d <= 64: 4 warps (64 keys), 32 query rows a step: 18 KiB of K, V + 18 KiB of Q, dO
-   buffers, 64 + 64 accumulator registers for dK, dV and 16 + 16 for S^T, dP^T; d <= 128: 2 warps (32 keys),
-   16 query rows a step: 17 KiB + 17 KiB, 128 accumulator registers, 8 + 8 for S^T, dP^T. 64 keys with 32-row
-   steps at d = 128 would need 52 KiB of the 48 KiB. */
+/* Local memory: K and V [BM][DS] (read into registers once); Q and dO [2][BN][DS] (the step's buffer and the
+   next one's); lse * log2(e) and Dvec of the streamed rows [2][BN] as floats. At the end dK and dV go through
+   the K and V tiles. Tile shapes (plan_nvidia.c): d <= 64: 4 warps (64 keys), 32 query rows a step: 18 KiB of
+   K, V + 18 KiB of Q, dO buffers, 64 + 64 accumulator registers for dK, dV, 16 + 16 for the K, V fragments and
+   16 + 16 for S^T, dP^T; d <= 128: 2 warps (32 keys), 16 query rows a step: 17 KiB + 17 KiB, 128 accumulator
+   registers, 32 + 32 of fragments, 8 + 8 for S^T, dP^T. 64 keys with 32-row steps at d = 128 would need 52 KiB
+   of the 48 KiB. */
 #define SMEM ((2 * BM + 4 * BN) * DS)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -243,6 +248,14 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const uint q_n = SMEM_ADDR(Qs + BN_LANE(lane)), o_n = SMEM_ADDR(dOs + BN_LANE(lane));
   const uint q_k = SMEM_ADDR(Qs + BK_LANE(lane)), o_k = SMEM_ADDR(dOs + BK_LANE(lane));
 
+  /* The warp's K and V fragments, read once: the steps' products then read only Q and dO from local memory
+     (a third fewer ldmatrix bytes a step). */
+  uint kf[KT][4], vf[KT][4];
+  CP_ASYNC_WAIT_ALL();
+  barrier(CLK_LOCAL_MEM_FENCE);
+  fcl_load_a(kf, k_a);
+  fcl_load_a(vf, v_a);
+
   for (int st = 0; st < nsteps; ++st) {
     const int hg = st / qtiles, h = hk * group + hg;
     const int q0 = q_begin + (st % qtiles) * BN;
@@ -254,8 +267,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
     /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
     float dp[NT][4], s[NT][4];
-    fcl_mma_abt(dp, v_a, o_n + boff);
-    fcl_mma_abt(s, k_a, q_n + boff);
+    fcl_mma_abt(dp, vf, o_n + boff);
+    fcl_mma_abt(s, kf, q_n + boff);
 
     /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
        through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
