@@ -1,7 +1,7 @@
 /* How long the atomic adds of an accumulated dQ take on their own (docs/notes-nvidia.md, v12: whether
  * FlashAttention-2's dQ-by-atomics scheme can pay at the key blocks 48 KiB allows). Times bench/nv_dev/atomics.cl
- * at f32 dQ of B*H heads, seqlen N, head_dim 128, for key blocks of 16, 32 and 128 keys (flashcl's dK/dV warp,
- * its work-group, FlashAttention-2's), one float or four an instruction; OpenCL events, median of 5 after one
+ * at f32 dQ of B*H heads, seqlen N, head_dim 128, for key blocks of 16, 32, 64 and 128 keys (flashcl's dK/dV
+ * warp, its work-group, a four-warp work-group, FlashAttention-2's), one float or four an instruction; OpenCL events, median of 5 after one
  * warm-up, and a check that every add landed. Not part of the library.
  * Build (GPU machine, repository root):  gcc -O2 bench/nv_dev/atomics.c -lOpenCL -o atomics
  * Run:  ./atomics [N [heads]]   (defaults 4096 and 64, B=4 x H=16) */
@@ -35,8 +35,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   /* keys a work-group, query rows a step, work-items: flashcl's dK/dV warp (16 keys, 16 rows), its
-     work-group after adding its two warps' parts in local memory (32, 16), FlashAttention-2's (128, 64). */
-  static const int cfg[][3] = {{16, 16, 32}, {32, 16, 64}, {128, 64, 256}};
+     work-group after adding its two warps' parts in local memory (32, 16), the four-warp work-group that K
+     and V over the second step buffer allow at d = 128 (64, 16; v16), FlashAttention-2's (128, 64). */
+  static const int cfg[][3] = {{16, 16, 32}, {32, 16, 64}, {64, 16, 128}, {128, 64, 256}};
   printf("N=%d heads=%d d=%d: ms (median of 5), G red instructions/s, instructions, every add landed\n", n, heads, d);
   for (int vec = 1; vec <= 4; vec += 3)
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; ++c) {
