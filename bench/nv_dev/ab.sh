@@ -58,14 +58,15 @@ for step in "$@"; do
       gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
       for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=16" "-DD=128 -DDP=128 -DDS=136 -DNW=2 -DBN=16" \
                  "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"; do
-        for mods in "-DWINDOW=0" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
+        for mods in "-DWINDOW=0" "-DWINDOW=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1" \
+                    "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
           echo "== $cfg $mods" >>"$out/verbose.log"
           (cd "$bt" && /tmp/ab-nvbuild "-cl-nv-verbose -DDTYPE=1 -DMMA_KIND=1 $cfg $mods" cl/common.cl cl/nvidia/ptx.cl \
             cl/nvidia/flash_bwd_mma.cl) 2>&1 | grep -iE "rc=|Used|spill|error" >>"$out/verbose.log"
         done
       done
       summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' |
-        sed 's/-DWINDOW=2 .*/(every modifier)/')" ;;
+        sed -e 's/-DWINDOW=2 .*/(every modifier)/' -e 's/-DWINDOW=1 .*/(causal, sequences)/')" ;;
     tests)
       for t in variant backward backward@2,16,4,32 sequences_backward decode sequences forward; do
         [ "$(left)" -lt 40 ] && { summary+=$'\n'"test_$t: skipped ($(left) s left)"; continue; }

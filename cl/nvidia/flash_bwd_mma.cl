@@ -330,7 +330,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
   /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item; the accumulators
      end here (the recomputation below then has the registers of a row at a time). */
-  CP_ASYNC_WAIT_ALL();          /* nothing in flight (a block without steps still has its K, V copy) */
+  CP_ASYNC_WAIT_ALL();          /* nothing is in flight by now (every copy was waited for in or before the
+                                   loop); kept so that reusing the tiles does not rest on that */
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
   const float ks = poisoned ? NAN : scale, vs = poisoned ? NAN : 1.0f;
 #pragma unroll
