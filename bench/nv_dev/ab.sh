@@ -23,7 +23,8 @@ left() { echo $(( 590 - ($(date +%s) - t_start) )); }
 # B: the tree without build folders, patched.
 bt=/tmp/ab-b; rm -rf "$bt"; mkdir -p "$bt"
 tar --exclude='./build*' --exclude=./.gpu --exclude=./.git -cf - . | tar -xf - -C "$bt"
-(cd "$bt" && patch -p1 -s <"$patch_file") || { echo "the patch does not apply"; exit 1; }
+if command -v patch >/dev/null; then (cd "$bt" && patch -p1 -s <"$patch_file")
+else (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$patch_file"); fi || { echo "the patch does not apply"; exit 1; }
 for t in a b; do
   src=.; [ $t = b ] && src=$bt
   { cmake -S "$src" -B "/tmp/ab-build-$t" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON &&

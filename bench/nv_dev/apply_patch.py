@@ -1,0 +1,44 @@
+"""Applies a unified diff (paths a/... b/..., as `git diff` writes them) to the tree in the current folder,
+for machines without `patch` or `git` (bench/nv_dev/ab.sh falls back on it). Every hunk's context must match
+exactly; on any mismatch nothing is written and the exit status is 1.
+usage: python3 bench/nv_dev/apply_patch.py PATCH"""
+import re
+import sys
+
+
+def main(path):
+    out, lines, i = {}, open(path).read().split("\n"), 0
+    while i < len(lines):
+        if not lines[i].startswith("--- "):
+            i += 1
+            continue
+        name = lines[i + 1][4:].split("\t")[0]
+        name = name[2:] if name.startswith("b/") else name
+        old = out.get(name)
+        if old is None:
+            try:
+                old = open(name).read().split("\n")
+            except FileNotFoundError:
+                old = []
+        new, pos, i = [], 0, i + 2
+        while i < len(lines) and lines[i].startswith("@@"):
+            start = int(re.match(r"@@ -(\d+)", lines[i]).group(1))
+            start = start - 1 if start > 0 else 0
+            new += old[pos:start]
+            pos, i = start, i + 1
+            while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\\") and not lines[i].startswith("--- "):
+                tag, text = lines[i][:1], lines[i][1:]
+                if tag in " -":
+                    if pos >= len(old) or old[pos] != text:
+                        sys.exit("%s: hunk at line %d does not match" % (name, start + 1))
+                    pos += 1
+                if tag in " +":
+                    new.append(text)
+                i += 1
+        out[name] = new + old[pos:]
+    for name, text in out.items():
+        open(name, "w").write("\n".join(text))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
