@@ -1,8 +1,8 @@
 /* How long the atomic adds of an accumulated dQ take on their own (docs/notes-nvidia.md, v12: whether
  * FlashAttention-2's dQ-by-atomics scheme can pay at the key blocks 48 KiB allows). Times bench/nv_dev/atomics.cl
  * at f32 dQ of B*H heads, seqlen N, head_dim 128, for key blocks of 16, 32, 64 and 128 keys (flashcl's dK/dV
- * warp, its work-group, a four-warp work-group, FlashAttention-2's), one float or four an instruction; OpenCL events, median of 5 after one
- * warm-up, and a check that every add landed. Not part of the library.
+ * warp, its work-group, a four-warp work-group, FlashAttention-2's), one float or four an instruction; OpenCL
+ * events, median of 5 after one warm-up, and a check that every add landed. Not part of the library.
  * Build (GPU machine, repository root):  gcc -O2 bench/nv_dev/atomics.c -lOpenCL -o atomics
  * Run:  ./atomics [N [heads]]   (defaults 4096 and 64, B=4 x H=16) */
 #include <math.h>
