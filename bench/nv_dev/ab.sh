@@ -1,7 +1,7 @@
 #!/bin/bash
 # A/B of a prepared change on the GPU machine (docs/notes-nvidia.md, v16): the tree as it is (A) against a copy
 # of it with PATCH applied (B), each built (Release, -DFLASHCL_WERROR=ON) into its own folder, then the steps
-# named, each skipped when too little of the call's 590 s is left; a summary is printed last, logs go to $OUT.
+# named, each skipped when too little of the call's 590 s (or BUDGET s) is left; a summary is printed last, logs go to $OUT.
 # usage (repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/ab.sh PATCH STEP...
 #   bench    the rows of $ROWS (default bench/nv_dev/ab_rows.txt; one flashcl-bench argument list a line, after
 #            optional NAME=VALUE settings; # starts a comment) on A and B in turn, two rounds: median ms each,
@@ -17,7 +17,8 @@ cd "$(dirname "$0")/../.." || exit 1
 patch_file=$(realpath "$1"); shift
 rows=${ROWS:-bench/nv_dev/ab_rows.txt}
 export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200}
-left() { echo $(( 590 - ($(date +%s) - t_start) )); }
+budget=${BUDGET:-590}
+left() { echo $(( budget - ($(date +%s) - t_start) )); }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; date -u; } 2>&1 | tee "$out/device.txt"
 
 # B: the tree without build folders, patched.
