@@ -1,7 +1,8 @@
 #!/bin/bash
 # A/B of a prepared change on the GPU machine (docs/notes-nvidia.md, v16): the tree as it is (A) against a copy
 # of it with PATCH applied (B), each built (Release, -DFLASHCL_WERROR=ON) into its own folder, then the steps
-# named, each skipped when too little of the call's 590 s (or BUDGET s) is left; a summary is printed last, logs go to $OUT.
+# named, each skipped when too little of the call's 590 s (or BUDGET s) is left; a summary is printed last,
+# logs go to $OUT.
 # usage (repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/ab.sh PATCH STEP...
 #   bench    the rows of $ROWS (default bench/nv_dev/ab_rows.txt; one flashcl-bench argument list a line, after
 #            optional NAME=VALUE settings; # starts a comment) on A and B in turn, two rounds: median ms each,
