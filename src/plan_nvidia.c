@@ -178,8 +178,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 /* ---- The tensor-core backward (cl/nvidia/flash_bwd_mma.cl): dK/dV and dQ ---- */
 
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
-  if (which == FCL_BWD_DKDV) /* K, V [bc][ds], Q and dO [2][br][ds] (2 bytes an element), lse and Dvec [2][br] */
-    return (2 * (size_t)p->bc + 4 * (size_t)p->br) * (size_t)p->ds * 2 + 4 * (size_t)p->br * sizeof(float);
+  if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds] (2 bytes an element), the second shared with K
+                                  and V [bc][ds] (read into registers before step 1); lse and Dvec [2][br] */
+    const size_t kv = 2 * (size_t)p->bc, second = kv > 2 * (size_t)p->br ? kv : 2 * (size_t)p->br;
+    return (2 * (size_t)p->br + second) * (size_t)p->ds * 2 + 4 * (size_t)p->br * sizeof(float);
+  }
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
   return (kv > o ? kv : o) * 2;
@@ -201,12 +204,12 @@ typedef struct nvidia_backward_default {
   nvidia_backward_shape dkdv, dq;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
-    /* dK/dV: 4 warps (64 keys), 32-row steps (37 KiB: K, V 18 KiB, two Q, dO buffers 18 KiB);
+    /* dK/dV: 4 warps (64 keys), 32-row steps (28 KiB: a Q, dO buffer 9 KiB, K and V 18 KiB over the second);
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). */
     {64, {4, 32}, {4, 64}},
-    /* dK/dV: 2 warps (32 keys), 16-row steps (35 KiB; 128 accumulator registers; 64 keys and 32-row steps
-       would need 52 KiB); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {128, {2, 16}, {4, 32}},
+    /* dK/dV: 4 warps (64 keys), 16-row steps (43 KiB with K and V over the second step buffer; 128
+       accumulator registers); dQ: 4 warps, 32-key tiles (34 KiB). */
+    {128, {4, 16}, {4, 32}},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order. */

@@ -347,17 +347,25 @@ static void backward_planner_cases(void) {
   odd.k_stride[2] = 68;
   check(fcl_plan_nvidia_backward(&nv, &no_overrides, &odd, 0, NULL, t) != 0 && strlen(t[0].reason) > 0,
         "backward planner: k row stride 68 elements declines: %s", t[0].reason);
-  /* 24 KiB of local memory: smaller shapes within it at head_dim 64; head_dim 128 (26 KiB at the smallest shape)
-     and 4 KiB declined with a reason. */
+  /* 24 KiB of local memory: smaller shapes within it at head_dim 64 and 128 (dK/dV 1 warp, 17 664 B; dQ 4 warps
+     of 16-key tiles, 17 408 B); 16 KiB at head_dim 128 and 4 KiB declined with a reason. */
   fcl_device_caps small = nv;
   small.local_mem_size = 24 << 10;
-  fcl_problem p = problem(64, FCL_DTYPE_BF16, 0);
-  int r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
-  check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size,
-        "backward planner: 24 KiB local memory, head_dim 64: dK/dV %zu B, dQ %zu B", t[0].local_bytes, t[1].local_bytes);
-  p = problem(128, FCL_DTYPE_BF16, 0);
+  static const int small_dims[] = {64, 128};
+  fcl_problem p;
+  int r;
+  for (int i = 0; i < 2; ++i) {
+    p = problem(small_dims[i], FCL_DTYPE_BF16, 0);
+    r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
+    check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size &&
+              t[0].local_bytes == fcl_nvidia_backward_local_bytes(&t[0], FCL_BWD_DKDV) &&
+              t[1].local_bytes == fcl_nvidia_backward_local_bytes(&t[1], FCL_BWD_DQ),
+          "backward planner: 24 KiB local memory, head_dim %d: dK/dV %d warps, %zu B; dQ %d warps, %zu B", small_dims[i],
+          t[0].tr, t[0].local_bytes, t[1].tr, t[1].local_bytes);
+  }
+  small.local_mem_size = 16 << 10;
   r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
-  check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 24 KiB local memory, head_dim 128 declines: %s", t[0].reason);
+  check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 16 KiB local memory, head_dim 128 declines: %s", t[0].reason);
   small.local_mem_size = 4 << 10;
   r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
   check(r != 0 && strlen(t[0].reason) > 0, "backward planner: 4 KiB local memory, head_dim 128 declines: %s", t[0].reason);
@@ -379,8 +387,8 @@ static void backward_planner_cases(void) {
   check(fcl_parse_backward_shape("8,128,8,128", big) == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
   memcpy(ov.backward_shape, big, sizeof big);
   r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
-  /* The default shapes at head_dim 128: dK/dV 2 warps, 16 rows a step; dQ 4 warps, 32-key tiles. */
-  check(r == 0 && t[0].tr == 2 && t[0].br == 16 && t[1].tr == 4 && t[1].bc == 32 &&
+  /* The default shapes at head_dim 128: dK/dV 4 warps, 16 rows a step; dQ 4 warps, 32-key tiles. */
+  check(r == 0 && t[0].tr == 4 && t[0].br == 16 && t[1].tr == 4 && t[1].bc == 32 &&
             t[0].local_bytes + 16 <= nv.local_mem_size && t[1].local_bytes + 16 <= nv.local_mem_size &&
             !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE") && !strstr(t[1].reason, "FLASHCL_BACKWARD_SHAPE"),
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",

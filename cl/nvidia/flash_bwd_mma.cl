@@ -4,10 +4,10 @@
  * cl/nvidia/flash_fwd_mma.cl uses them. One kernel per program (MMA_KIND selects it):
  *
  *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
- *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once from
- *                                   local memory into registers; the query rows of every query head of the kv
- *                                   head's group stream through two local buffers of BN rows of Q and dO
- *                                   (cp.async: step s + 1 loads during step s).
+ *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once into
+ *                                   registers; the query rows of every query head of the kv head's group
+ *                                   stream through two local buffers of BN rows of Q and dO (cp.async: step
+ *                                   s + 1 loads during step s), the second over the K and V tiles' space.
  *                                   Each warp computes S^T = K Q^T and dP^T = V dO^T with its keys as the mma
  *                                   rows, so P^T and dS^T come out in the accumulator layout with keys as rows:
  *                                   packed to f16/bf16 they are already the A operand of dV += P^T dO and
@@ -165,14 +165,15 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
 
 #if MMA_KIND == 1
 
-/* Local memory: K and V [BM][DS] (read into registers once); Q and dO [2][BN][DS] (the step's buffer and the
-   next one's); lse * log2(e) and Dvec of the streamed rows [2][BN] as floats. At the end dK and dV go through
-   the K and V tiles. Tile shapes (plan_nvidia.c): d <= 64: 4 warps (64 keys), 32 query rows a step: 18 KiB of
-   K, V + 18 KiB of Q, dO buffers, 64 + 64 accumulator registers for dK, dV, 16 + 16 for the K, V fragments and
-   16 + 16 for S^T, dP^T; d <= 128: 2 warps (32 keys), 16 query rows a step: 17 KiB + 17 KiB, 128 accumulator
-   registers, 32 + 32 of fragments, 8 + 8 for S^T, dP^T. 64 keys with 32-row steps at d = 128 would need 52 KiB
-   of the 48 KiB. */
-#define SMEM ((2 * BM + 4 * BN) * DS)
+/* Local memory: two step buffers, each Q then dO [BN][DS] (the step's buffer and the next one's); K and V
+   [BM][DS] are copied into the space from the second buffer on and read once into registers (K and V
+   fragments, 2 KT 4 a lane) before step 1's rows land there; lse * log2(e) and Dvec of the streamed rows
+   [2][BN] as floats. At the end dK and dV go through the K and V tiles. Tile shapes (plan_nvidia.c): d <= 64:
+   4 warps (64 keys), 32 query rows a step: 9 KiB of the first buffer + 18 KiB of K, V; 64 + 64 accumulator
+   registers for dK, dV, 16 + 16 for the K, V fragments, 16 + 16 for S^T, dP^T; d <= 128: 4 warps (64 keys),
+   16 query rows a step: 8.5 + 34 KiB, 128 accumulator registers, 32 + 32 of fragments, 8 + 8 for S^T, dP^T. */
+#define SMEM ((2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
+#define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
@@ -185,10 +186,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
                         int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the 16-byte stores */
   __local float Ls[2][BN], Dl[2][BN];
-  __local ushort *Ks = (__local ushort *)smem;
+  __local ushort *Qs = (__local ushort *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
+  __local ushort *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
+  __local ushort *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
   __local ushort *Vs = Ks + BM * DS;
-  __local ushort *Qs = Vs + BM * DS;      /* [2][BN][DS] */
-  __local ushort *dOs = Qs + 2 * BN * DS; /* [2][BN][DS] */
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -225,8 +226,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 #define STEP_LOAD(s_)                                                                                  \
   do {                                                                                               \
     const int h_ = hk * group + (s_) / qtiles, q0_ = q_begin + ((s_) % qtiles) * BN, buf_ = (s_) & 1;  \
-    fcl_load_rows(Qs + buf_ * BN * DS, q + qbase0 + h_ * q_sh, q_sn, q0_, BN, nq, lid);               \
-    fcl_load_rows(dOs + buf_ * BN * DS, d_o + obase0 + h_ * o_sh, o_sn, q0_, BN, nq, lid);            \
+    fcl_load_rows(Qs + buf_ * STEP_ELEMS, q + qbase0 + h_ * q_sh, q_sn, q0_, BN, nq, lid);            \
+    fcl_load_rows(dOs + buf_ * STEP_ELEMS, d_o + obase0 + h_ * o_sh, o_sn, q0_, BN, nq, lid);         \
     CP_ASYNC_COMMIT();                                                                               \
     for (int r_ = lid; r_ < BN; r_ += WG) {                                                          \
       const bool in_ = q0_ + r_ < nq;                                                                \
@@ -248,8 +249,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const uint q_n = SMEM_ADDR(Qs + BN_LANE(lane)), o_n = SMEM_ADDR(dOs + BN_LANE(lane));
   const uint q_k = SMEM_ADDR(Qs + BK_LANE(lane)), o_k = SMEM_ADDR(dOs + BK_LANE(lane));
 
-  /* The warp's K and V fragments, read once: the steps' products then read only Q and dO from local memory
-     (a third fewer ldmatrix bytes a step). */
+  /* The warp's K and V fragments, read once: the steps' products read only Q and dO from local memory, and the
+     K, V tiles' space is free for step 1's buffer once every warp has passed the first step's barrier. */
   uint kf[KT][4], vf[KT][4];
   CP_ASYNC_WAIT_ALL();
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -260,9 +261,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     const int hg = st / qtiles, h = hk * group + hg;
     const int q0 = q_begin + (st % qtiles) * BN;
     (void)h; /* the head matters to the mask layer only with ALiBi or a mask (HMODS) */
-    const uint boff = (uint)((st & 1) * BN * DS * 2); /* bytes to this step's buffer */
-    CP_ASYNC_WAIT_ALL();          /* this step's Q, dO (and K, V) have landed for this work-item ... */
-    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (step st - 1) */
+    const uint boff = (uint)((st & 1) * STEP_ELEMS * 2); /* bytes to this step's buffer */
+    CP_ASYNC_WAIT_ALL();          /* this step's Q, dO have landed for this work-item ... */
+    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (step st - 1, or
+                                     at st = 0 the K, V tiles over it) */
     if (st + 1 < nsteps) STEP_LOAD(st + 1);
 
     /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
