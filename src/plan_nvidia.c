@@ -204,12 +204,12 @@ typedef struct nvidia_backward_default {
   nvidia_backward_shape dkdv, dq;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
-    /* dK/dV: 4 warps (64 keys), 32-row steps (28 KiB: a Q, dO buffer 9 KiB, K and V 18 KiB over the second);
-       dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). */
-    {64, {4, 32}, {4, 64}},
-    /* dK/dV: 4 warps (64 keys), 16-row steps (43 KiB with K and V over the second step buffer; 128
-       accumulator registers); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {128, {4, 16}, {4, 32}},
+    /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
+       dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
+    {64, {4, 64}, {4, 64}},
+    /* dK/dV: 2 warps (32 keys), 32-row steps (35 KiB, the second step buffer over K and V; 128 accumulator
+       registers); dQ: 4 warps, 32-key tiles (34 KiB). */
+    {128, {2, 32}, {4, 32}},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order. */
