@@ -8,7 +8,7 @@
 #            optional NAME=VALUE settings; # starts a comment) on A and B in turn, two rounds: median ms each,
 #            and B's plan when a shape override was asked for ("forced" when it was taken)
 #   verbose  -cl-nv-verbose registers and spills of the backward's dK/dV shapes, as B builds them
-#   tests    on B: test_variant, test_backward (the planner's shapes, then FLASHCL_BACKWARD_SHAPE=2,16,4,32),
+#   tests    on B: test_variant, test_backward (the planner's shapes, then FLASHCL_BACKWARD_SHAPE=4,16,4,32),
 #            test_sequences_backward, test_decode, test_sequences, test_forward
 # Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
 set -uo pipefail
@@ -59,8 +59,8 @@ for step in "$@"; do
       done <"$rows" ;;
     verbose)
       gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
-      for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=16" "-DD=128 -DDP=128 -DDS=136 -DNW=2 -DBN=16" \
-                 "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"; do
+      for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=2 -DBN=32" "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=16" \
+                 "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"; do
         for mods in "-DWINDOW=0" "-DWINDOW=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1" \
                     "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
           echo "== $cfg $mods" >>"$out/verbose.log"
@@ -71,7 +71,7 @@ for step in "$@"; do
       summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' |
         sed -e 's/-DWINDOW=2 .*/(every modifier)/' -e 's/-DWINDOW=1 .*/(causal, sequences)/')" ;;
     tests)
-      for t in variant backward backward@2,16,4,32 sequences_backward decode sequences forward; do
+      for t in variant backward backward@4,16,4,32 sequences_backward decode sequences forward; do
         [ "$(left)" -lt 40 ] && { summary+=$'\n'"test_$t: skipped ($(left) s left)"; continue; }
         name=${t%@*} shape=""; [[ $t == *@* ]] && shape=${t#*@}
         log="$out/test_${name}${shape:+_$shape}.log"

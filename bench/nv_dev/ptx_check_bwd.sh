@@ -11,7 +11,7 @@ fails=0 n=0
 for dt in 1 2; do
   for d in 40 64 96 128; do
     dp=$(( (d + 15) / 16 * 16 )); ds=$(( dp + 8 ))
-    if [ "$d" -le 64 ]; then shapes=("1 4 32" "2 4 64"); else shapes=("1 4 16" "2 4 32"); fi
+    if [ "$d" -le 64 ]; then shapes=("1 4 64" "2 4 64"); else shapes=("1 2 32" "2 4 32"); fi
     for sh in "${shapes[@]}"; do
       set -- $sh
       for mods in "-DWINDOW=0" "-DWINDOW=1" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1"; do

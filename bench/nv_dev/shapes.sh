@@ -1,6 +1,6 @@
 #!/bin/bash
 # Shape sweeps of the tensor-core kernels through the development overrides, without rebuilding
-# (docs/notes-nvidia.md, v12): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,kdb] for the forward and for
+# (docs/notes-nvidia.md, v12, v17): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,kdb] for the forward and for
 # decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward. Each row prints the
 # median time and the plan that ran (flashcl-bench's "plan"; "forced" when the override was taken, else the
 # default plan's reason: the shape did not fit).
@@ -9,7 +9,7 @@
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
 #   [backward] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES or DECODE_SHAPES (space-separated; "default" is the planner's own) to
-# time other shapes than v12's, DEVICE for another device than the H200.
+# time other shapes than the defaults' neighbours, DEVICE for another device than the H200.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -61,8 +61,8 @@ for step in "$@"; do
     backward)
       for row in "128 4096" "64 4096"; do
         set -- $row
-        if [ "$1" = 128 ]; then shapes=${BACKWARD_SHAPES:-"default 3,16,4,32 2,16,8,32 2,16,2,32"}
-        else shapes=${BACKWARD_SHAPES:-"default 6,32,4,64 8,16,4,64 4,32,8,64"}; fi
+        if [ "$1" = 128 ]; then shapes=${BACKWARD_SHAPES:-"default 4,16,4,32 2,32,8,32 2,32,2,32"}
+        else shapes=${BACKWARD_SHAPES:-"default 4,32,4,64 4,64,8,64 4,64,2,64"}; fi
         for sh in $shapes; do
           echo "backward f16 d=$1 N=$2 $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 --dtype f16 \
             --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2)"
