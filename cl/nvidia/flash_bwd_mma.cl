@@ -169,9 +169,10 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
    [BM][DS] are copied into the space from the second buffer on and read once into registers (K and V
    fragments, 2 KT 4 a lane) before step 1's rows land there; lse * log2(e) and Dvec of the streamed rows
    [2][BN] as floats. At the end dK and dV go through the K and V tiles. Tile shapes (plan_nvidia.c): d <= 64:
-   4 warps (64 keys), 32 query rows a step: 9 KiB of the first buffer + 18 KiB of K, V; 64 + 64 accumulator
-   registers for dK, dV, 16 + 16 for the K, V fragments, 16 + 16 for S^T, dP^T; d <= 128: 4 warps (64 keys),
-   16 query rows a step: 8.5 + 34 KiB, 128 accumulator registers, 32 + 32 of fragments, 8 + 8 for S^T, dP^T. */
+   4 warps (64 keys), 64 query rows a step: 18 KiB of the first buffer + 18 KiB of K, V (or the second
+   buffer); 64 + 64 accumulator registers for dK, dV, 16 + 16 for the K, V fragments, 32 + 32 for S^T, dP^T;
+   d <= 128: 2 warps (32 keys), 32 query rows a step: 17 + 17 KiB, 128 accumulator registers, 32 + 32 of
+   fragments, 16 + 16 for S^T, dP^T. */
 #define SMEM ((2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
