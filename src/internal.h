@@ -75,6 +75,9 @@ typedef struct fcl_plan_overrides {
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
      warp, key-tile rows, Q tile in local memory, a second K tile (warps 0: none) */
   int forward_mma_shape[5];
+  /* FLASHCL_PORTABLE_BACKWARD_SHAPE: the portable backward's shapes, used where they fit: tr, tc, rm, rn of the
+     dK/dV kernel, then of the dQ kernel (tr 0: none) */
+  int portable_backward_shape[8];
 } fcl_plan_overrides;
 
 void fcl_read_plan_overrides(fcl_plan_overrides *out);
@@ -88,6 +91,10 @@ int fcl_parse_backward_shape(const char *text, int shape[4]);
    1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem and kdb 0 or 1 (kdb 0 when absent), else -1 and
    shape untouched. */
 int fcl_parse_forward_mma_shape(const char *text, int shape[5]);
+/* Parses FLASHCL_PORTABLE_BACKWARD_SHAPE's "tr,tc,rm,rn" (both kernels) or "tr,tc,rm,rn,tr,tc,rm,rn" (dK/dV, then
+   dQ) into shape[8]: 0 when it is four or eight integers, tr and tc 1..1024, rm and rn 1..16, else -1 and shape
+   untouched. */
+int fcl_parse_portable_backward_shape(const char *text, int shape[8]);
 
 /* ---- loop_budget.c: the per-work-item loop budget and the profiling clock, measured once ---- */
 

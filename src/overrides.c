@@ -1,5 +1,5 @@
 /* Development overrides of the plans (FLASHCL_FORWARD_SHAPE, FLASHCL_FORWARD_MMA_SHAPE, FLASHCL_FORWARD_SPLITS,
- * FLASHCL_BACKWARD_SHAPE): read
+ * FLASHCL_BACKWARD_SHAPE, FLASHCL_PORTABLE_BACKWARD_SHAPE): read
  * from the environment once per context, kept apart from the device's capabilities, and given to every planner
  * beside them. */
 #include "internal.h"
@@ -56,6 +56,17 @@ int fcl_parse_forward_mma_shape(const char *text, int shape[5]) {
   return 0;
 }
 
+int fcl_parse_portable_backward_shape(const char *text, int shape[8]) {
+  static const long lo[8] = {1, 1, 1, 1, 1, 1, 1, 1}, hi[8] = {1024, 1024, 16, 16, 1024, 1024, 16, 16},
+                    step[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int v[8];
+  const int n = parse_list(text, v, 8, lo, hi, step);
+  if (n != 4 && n != 8) return -1;
+  if (n == 4) memcpy(v + 4, v, 4 * sizeof v[0]);
+  memcpy(shape, v, sizeof v);
+  return 0;
+}
+
 void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   memset(out, 0, sizeof *out);
   /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
@@ -72,4 +83,8 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out) {
      measurements of docs/notes-nvidia.md, v10, without rebuilding); anything else is ignored. */
   const char *bshape = getenv("FLASHCL_BACKWARD_SHAPE");
   if (bshape) (void)fcl_parse_backward_shape(bshape, out->backward_shape);
+  /* FLASHCL_PORTABLE_BACKWARD_SHAPE=tr,tc,rm,rn[,tr,tc,rm,rn]: the portable backward's shapes (dK/dV, dQ) for
+     measuring them on a device without rebuilding; anything else is ignored. */
+  const char *pshape = getenv("FLASHCL_PORTABLE_BACKWARD_SHAPE");
+  if (pshape) (void)fcl_parse_portable_backward_shape(pshape, out->portable_backward_shape);
 }

@@ -36,8 +36,47 @@ size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
    forward's, except that head_dim 64 starts at 16 (no measurement of the backward's choice is recorded). */
 static const fcl_tc_row first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}};
 
-/* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit). */
-static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, size_t kernel_max_wg, fcl_tile_plan *out) {
+/* Kernel `which`'s plan (FCL_BWD_*) at one shape: tr x tc work-items, each rm owned rows x rn streamed rows, the
+   local row stride padded when pad is set and room allows. 0 and *out filled when the shape is consistent and fits
+   max_wg work-items, local memory and (with budget set) the register budget; else -1 and *out untouched. */
+static int shape_plan(const fcl_device_caps *caps, int which, int head_dim, size_t max_wg, int tr, int tc, int rm,
+                      int rn, int pad, int budget, fcl_tile_plan *out) {
+  if ((size_t)tr * tc > max_wg) return -1;
+  if ((tc * rn) % 4 != 0) return -1; /* streamed rows: P and dS rows are read as float4 */
+  const int accumulators = which == FCL_BWD_DKDV ? 2 : 1; /* dK and dV, or dQ */
+  fcl_tile_plan p;
+  memset(&p, 0, sizeof p);
+  p.variant = FCL_VARIANT_PORTABLE_BACKWARD;
+  p.head_dim = head_dim;
+  p.tc = tc;
+  p.tr = tr;
+  /* The kernels read rows four floats at a time: dp is a multiple of 4 and of tc. */
+  const int unit = tc > 4 ? tc : 4;
+  p.dp = (head_dim + unit - 1) / unit * unit;
+  p.dn = p.dp / tc;
+  /* ds = 4 mod 8 puts consecutive rows' float4s in distinct banks. */
+  p.ds = p.dp + (pad && p.dp % 8 == 0 ? 4 : 0);
+  p.rm = rm;
+  p.rn = rn;
+  if (which == FCL_BWD_DKDV) {
+    p.bc = tr * rm; /* key rows owned */
+    p.br = tc * rn; /* query rows streamed */
+  } else {
+    p.br = tr * rm; /* query rows owned */
+    p.bc = tc * rn; /* key rows streamed */
+  }
+  p.wg = tr * tc;
+  if (budget && accumulators * rm * p.dn + 2 * rm * rn > FCL_BWD_REGISTER_BUDGET) return -1;
+  p.local_bytes = fcl_backward_local_bytes(&p, which);
+  if (p.local_bytes > (size_t)caps->local_mem_size) return -1;
+  *out = p;
+  return 0;
+}
+
+/* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit): the forced shape
+   (FLASHCL_PORTABLE_BACKWARD_SHAPE; tr, tc, rm, rn, or NULL) where it fits, else the largest tiles that do. */
+static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, size_t kernel_max_wg, const int *forced,
+                       fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
   out->variant = FCL_VARIANT_PORTABLE_BACKWARD;
   out->head_dim = head_dim;
@@ -47,49 +86,27 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
   }
   const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
   const size_t local_limit = (size_t)caps->local_mem_size;
-  const int accumulators = which == FCL_BWD_DKDV ? 2 : 1; /* dK and dV, or dQ */
-
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int tc = fcl_first_tc(first_tcs, sizeof first_tcs / sizeof first_tcs[0], head_dim); tc >= 1; tc /= 2) {
-      /* The kernels read rows four floats at a time: dp is a multiple of 4 and of tc. */
-      const int unit = tc > 4 ? tc : 4;
-      const int dp = (head_dim + unit - 1) / unit * unit;
-      for (int tr = 128 / tc; tr >= 1; tr /= 2) {
-        if ((size_t)tr * tc > max_wg) continue;
-        for (int pad = 1; pad >= 0; --pad) {
-          for (int i = 0; i < FCL_ITEM_BLOCKS; ++i) { /* rm owned rows, rn streamed rows */
-            fcl_tile_plan p = *out;
-            p.tc = tc;
-            p.tr = tr;
-            p.dp = dp;
-            p.dn = dp / tc;
-            /* ds = 4 mod 8 puts consecutive rows' float4s in distinct banks. */
-            p.ds = dp + (pad && dp % 8 == 0 ? 4 : 0);
-            p.rm = fcl_item_blocks[i].rm;
-            p.rn = fcl_item_blocks[i].rn;
-            if ((tc * p.rn) % 4 != 0) continue; /* streamed rows: P and dS rows are read as float4 */
-            if (which == FCL_BWD_DKDV) {
-              p.bc = tr * p.rm; /* key rows owned */
-              p.br = tc * p.rn; /* query rows streamed */
-            } else {
-              p.br = tr * p.rm; /* query rows owned */
-              p.bc = tc * p.rn; /* key rows streamed */
-            }
-            p.wg = tr * tc;
-            if (pass == 0 && accumulators * p.rm * p.dn + 2 * p.rm * p.rn > FCL_BWD_REGISTER_BUDGET) continue;
-            p.local_bytes = fcl_backward_local_bytes(&p, which);
-            if (p.local_bytes > local_limit) continue;
-            snprintf(p.reason, sizeof p.reason,
-                     "%s: largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
-                     "each %d owned rows x %d streamed rows, %d head_dim columns",
-                     which == FCL_BWD_DKDV ? "dK/dV" : "dQ", local_limit, max_wg, tr, tc, p.rm, p.rn, p.dn);
-            *out = p;
-            return 0;
-          }
-        }
-      }
+  const char *kernel = which == FCL_BWD_DKDV ? "dK/dV" : "dQ";
+  for (int pad = 1; forced && forced[0] && pad >= 0; --pad)
+    if (shape_plan(caps, which, head_dim, max_wg, forced[0], forced[1], forced[2], forced[3], pad, 0, out) == 0) {
+      snprintf(out->reason, sizeof out->reason,
+               "%s: %dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns "
+               "(FLASHCL_PORTABLE_BACKWARD_SHAPE)", kernel, out->tr, out->tc, out->rm, out->rn, out->dn);
+      return 0;
     }
-  }
+  for (int pass = 0; pass < 2; ++pass)
+    for (int tc = fcl_first_tc(first_tcs, sizeof first_tcs / sizeof first_tcs[0], head_dim); tc >= 1; tc /= 2)
+      for (int tr = 128 / tc; tr >= 1; tr /= 2)
+        for (int pad = 1; pad >= 0; --pad)
+          for (int i = 0; i < FCL_ITEM_BLOCKS; ++i) /* rm owned rows, rn streamed rows */
+            if (shape_plan(caps, which, head_dim, max_wg, tr, tc, fcl_item_blocks[i].rm, fcl_item_blocks[i].rn, pad,
+                           pass == 0, out) == 0) {
+              snprintf(out->reason, sizeof out->reason,
+                       "%s: largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
+                       "each %d owned rows x %d streamed rows, %d head_dim columns",
+                       kernel, local_limit, max_wg, tr, tc, out->rm, out->rn, out->dn);
+              return 0;
+            }
   snprintf(out->reason, sizeof out->reason,
            "no backward tiling of head_dim %d fits %zu B of local memory and %zu work-items", head_dim,
            local_limit, max_wg);
@@ -98,9 +115,10 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
 
 int fcl_plan_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p, unsigned flags,
                       const size_t *kernel_wg, fcl_tile_plan out[2]) {
-  (void)ov, (void)flags; /* no override of the backward; the portable kernels apply everywhere */
+  (void)flags; /* the portable kernels apply everywhere */
   for (int which = FCL_BWD_DKDV; which <= FCL_BWD_DQ; ++which)
-    if (plan_kernel(caps, which, (int)p->d, kernel_wg ? kernel_wg[which] : 0, &out[which]) != 0) {
+    if (plan_kernel(caps, which, (int)p->d, kernel_wg ? kernel_wg[which] : 0, ov->portable_backward_shape + 4 * which,
+                    &out[which]) != 0) {
       if (which != 0) memcpy(out[0].reason, out[which].reason, sizeof out[0].reason);
       out[0].variant = -1;
       return -1;

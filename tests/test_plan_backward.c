@@ -93,5 +93,48 @@ int main(void) {
     check(p.br >= 16 && p.bc >= 8 && p.wg >= 64, "%s: 48 KiB, head_dim 128: %dx%d (query x key) tiles, %d work-items, %zu B",
           names[which], p.br, p.bc, p.wg, p.local_bytes);
   }
+
+  /* FLASHCL_PORTABLE_BACKWARD_SHAPE: four integers for both kernels or eight (dK/dV, then dQ), taken where they
+     fit and said in the reason; a kernel whose shape does not fit gets its default plan; malformed or
+     out-of-range text is refused by the parser. */
+  fcl_plan_overrides ov;
+  memset(&ov, 0, sizeof ov);
+  check(fcl_parse_portable_backward_shape("4,8,4,2", ov.portable_backward_shape) == 0 &&
+            ov.portable_backward_shape[4] == 4 && ov.portable_backward_shape[7] == 2,
+        "FLASHCL_PORTABLE_BACKWARD_SHAPE=4,8,4,2 parsed for both kernels");
+  const fcl_problem p128 = test_problem(128, FCL_DTYPE_F32, 1024, 0);
+  fcl_tile_plan both[2];
+  int r = fcl_plan_backward(&caps, &ov, &p128, 0, NULL, both);
+  for (int which = 0; which < 2; ++which)
+    check(r == 0 && both[which].tr == 4 && both[which].tc == 8 && both[which].rm == 4 && both[which].rn == 2 &&
+              both[which].dn == 16 && consistent(&both[which], which, &caps) &&
+              strstr(both[which].reason, "FLASHCL_PORTABLE_BACKWARD_SHAPE"),
+          "%s, head_dim 128, FLASHCL_PORTABLE_BACKWARD_SHAPE=4,8,4,2: %zu B: %s", names[which], both[which].local_bytes,
+          both[which].reason);
+  /* dK/dV 64 x 64 tiles (more than 48 KiB at head_dim 128), dQ 2 x 16 work-items of 1 x 2 rows. */
+  check(fcl_parse_portable_backward_shape("16,16,4,4,2,16,1,2", ov.portable_backward_shape) == 0,
+        "FLASHCL_PORTABLE_BACKWARD_SHAPE=16,16,4,4,2,16,1,2 parsed");
+  fcl_tile_plan defaults[2];
+  r = fcl_plan_backward(&caps, &ov, &p128, 0, NULL, both) | fcl_plan_backward(&caps, &no_overrides, &p128, 0, NULL, defaults);
+  check(r == 0 && both[0].tr == defaults[0].tr && both[0].tc == defaults[0].tc && both[0].rm == defaults[0].rm &&
+            both[0].rn == defaults[0].rn && !strstr(both[0].reason, "FLASHCL_PORTABLE_BACKWARD_SHAPE"),
+        "dK/dV, head_dim 128, a forced shape beyond 48 KiB: the default plan, %s", both[0].reason);
+  check(r == 0 && both[1].tr == 2 && both[1].tc == 16 && both[1].rm == 1 && both[1].rn == 2 &&
+            consistent(&both[1], 1, &caps) && strstr(both[1].reason, "FLASHCL_PORTABLE_BACKWARD_SHAPE"),
+        "dQ, head_dim 128, FLASHCL_PORTABLE_BACKWARD_SHAPE's second shape 2,16,1,2: %s", both[1].reason);
+  /* 3 x 1 work-items of 1 streamed row: P and dS rows are read as float4, so the streamed rows must be a multiple
+     of 4; the default plan. */
+  check(fcl_parse_portable_backward_shape("3,1,1,1", ov.portable_backward_shape) == 0, "FLASHCL_PORTABLE_BACKWARD_SHAPE=3,1,1,1 parsed");
+  r = fcl_plan_backward(&caps, &ov, &p128, 0, NULL, both);
+  check(r == 0 && both[0].tr == defaults[0].tr && both[1].tr == defaults[1].tr &&
+            !strstr(both[0].reason, "FLASHCL_PORTABLE_BACKWARD_SHAPE") && !strstr(both[1].reason, "FLASHCL_PORTABLE_BACKWARD_SHAPE"),
+        "head_dim 128, FLASHCL_PORTABLE_BACKWARD_SHAPE=3,1,1,1 (1 streamed row): the default plans");
+  static const char *const bad[] = {"4,8,4", "4,8,4,2,1", "4,8,4,2,4,8,4", "4,8,4,2,4,8,4,2,1", "0,8,4,2", "4,8,17,2",
+                                    "4,1025,4,2", "4,8,4,-2", "x", "", "4,8,4,2,"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    int shape[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+    check(fcl_parse_portable_backward_shape(bad[i], shape) != 0 && shape[0] == 7 && shape[4] == 7,
+          "FLASHCL_PORTABLE_BACKWARD_SHAPE=\"%s\" refused, shape untouched", bad[i]);
+  }
   return test_summary("test_plan_backward");
 }

@@ -1,15 +1,17 @@
 #!/bin/bash
 # Shape sweeps of the tensor-core kernels through the development overrides, without rebuilding
 # (docs/notes-nvidia.md, v12, v17): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,kdb] for the forward and for
-# decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward. Each row prints the
+# decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward,
+# FLASHCL_PORTABLE_BACKWARD_SHAPE=tr,tc,rm,rn[,tr,tc,rm,rn] for the portable (f32) backward. Each row prints the
 # median time and the plan that ran (flashcl-bench's "plan"; "forced" when the override was taken, else the
 # default plan's reason: the shape did not fit).
 # The step `splits` times the six decode rows at forced split counts instead (FLASHCL_FORWARD_SPLITS; SPLITS
 # lists them, "default" the planner's).
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
-#   [backward] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT (or /tmp/nv_shapes).
-# Set FORWARD_SHAPES, BACKWARD_SHAPES or DECODE_SHAPES (space-separated; "default" is the planner's own) to
-# time other shapes than the defaults' neighbours, DEVICE for another device than the H200.
+#   [backward] [portable] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
+#   (or /tmp/nv_shapes).
+# Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
+# planner's own) to time other shapes than the defaults' neighbours, DEVICE for another device than the H200.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -68,6 +70,20 @@ for step in "$@"; do
             --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2)"
         done
       done ;;
+    portable)
+      # The portable backward (f32), whose shapes no run has swept: four numbers for both kernels or eight (dK/dV,
+      # then dQ) in FLASHCL_PORTABLE_BACKWARD_SHAPE's syntax (tr,tc,rm,rn); only 16 x 16 tiles fit 48 KiB at d = 128
+      # (a row prints the plan that ran: the override is not named in it).
+      for row in "64 4096" "128 4096"; do
+        set -- $row
+        if [ "$1" = 64 ]; then shapes=${PORTABLE_SHAPES:-"default 8,8,4,4 16,8,2,4 4,16,8,2 16,16,2,2 8,32,4,1
+          8,16,4,2,16,8,4,2 8,16,4,2,8,16,8,1 8,16,4,2,8,8,4,4"}
+        else shapes=${PORTABLE_SHAPES:-"default 8,8,2,2 16,8,1,2 4,16,4,1 16,16,1,1 8,4,2,4 4,8,4,2"}; fi
+        for sh in $shapes; do
+          echo "portable backward f32 d=$1 N=$2 $sh | $(run FLASHCL_PORTABLE_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 \
+            --dtype f32 --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 1)"
+        done
+      done ;;
     decode)
       for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
         set -- $row
@@ -86,6 +102,6 @@ for step in "$@"; do
             --warmup 3)"
         done
       done ;;
-    *) echo "unknown step $step (forward, backward, decode, splits)"; exit 2 ;;
+    *) echo "unknown step $step (forward, backward, portable, decode, splits)"; exit 2 ;;
   esac
 done 2>&1 | tee "$out/shapes.log"
