@@ -1,7 +1,7 @@
 #!/bin/bash
 # One-call validation of the tensor-core backward (cl/nvidia/flash_bwd_mma.cl; docs/notes-nvidia.md, v10) on the
-# GPU machine, inside the 600 s of one device call. Run from the root of the tree to test (the worktree), after
-# `bash .gpu/setup.sh` in the main checkout:  bash bench/nv_dev/backward.sh
+# GPU machine, inside the 600 s of one device call. Run from the root of the tree to test, after
+# `bash .gpu/setup.sh`:  bash bench/nv_dev/backward.sh [STEP...]  (default: verbose variant tests compare tests_off)
 # Logs go to $OUT (or /tmp/nv_backward); the build to $BUILD (default build-nv-bwd in the tree, ignored by git).
 # Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE). Steps, each under its own timeout, a
 # step skipped when the call's time is nearly spent; a short summary is printed last:
@@ -12,6 +12,10 @@
 #            FLASHCL_PORTABLE_ONLY=1 (the portable kernels, as a control)
 #   compare  bench/compare_torch.py --backward: f16/bf16, d=64/128, N=1024,4096, causal and not, B=4 H=16,
 #            beside PyTorch SDPA's flash, efficient and cuDNN backwards
+#   tests_off test_backward and test_sequences_backward with FLASHCL_PORTABLE_ONLY=1
+#   alone    (not in the default) where the time goes: f16, B=4, H=16, N=4096, d=64/128, causal and not, the
+#            whole backward and then with the dK/dV or the dQ kernel returning at once (copies of cl/ through
+#            FLASHCL_KERNEL_DIR); each kernel's time is the whole less the run without it
 set -uo pipefail
 t_start=$(date +%s)
 out=${OUT:-/tmp/nv_backward}; mkdir -p "$out"
@@ -20,9 +24,13 @@ b=${BUILD:-build-nv-bwd}
 export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200} FLASHCL_CACHE_DIR=${FLASHCL_CACHE_DIR:-/tmp/fcl-cache-bwd}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; date -u; git log --oneline -1; } 2>&1 | tee "$out/device.txt"
 summary=""
+steps=" ${*:-verbose variant tests compare tests_off} "
 left() { echo $(( 590 - ($(date +%s) - t_start) )); }
 # step NAME NEEDED_S: 0 when at least NEEDED_S seconds are left, else notes the skip.
-step() { if [ "$(left)" -lt "$2" ]; then summary+=$'\n'"$1: skipped ($(left) s left)"; return 1; fi; return 0; }
+step() {
+  [[ $steps == *" $1 "* || ($1 == tests_off_seq && $steps == *" tests_off "*) ]] || return 1
+  if [ "$(left)" -lt "$2" ]; then summary+=$'\n'"$1: skipped ($(left) s left)"; return 1; fi; return 0
+}
 tally() { # log label
   local line; line=$(grep -E 'passed, .* failed' "$1" | tail -1)
   summary+=$'\n'"$2: ${line:-no summary line (rc $3; see $(basename "$1"))}"
@@ -38,8 +46,8 @@ if [ $rc -ne 0 ]; then tail -30 "$out/build.log"; echo "== summary$summary"; exi
 
 if step verbose 60; then
   t0=$(date +%s)
-  for cfg in "-DD=64 -DDP=64 -DDS=72 -DMMA_KIND=1 -DNW=4 -DBN=32" "-DD=64 -DDP=64 -DDS=72 -DMMA_KIND=2 -DNW=4 -DBN=64" \
-             "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=1 -DNW=2 -DBN=16" "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=2 -DNW=4 -DBN=32"; do
+  for cfg in "-DD=64 -DDP=64 -DDS=72 -DMMA_KIND=1 -DNW=4 -DBN=64" "-DD=64 -DDP=64 -DDS=72 -DMMA_KIND=2 -DNW=4 -DBN=64" \
+             "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=1 -DNW=2 -DBN=32" "-DD=128 -DDP=128 -DDS=136 -DMMA_KIND=2 -DNW=4 -DBN=32"; do
     for mods in "-DWINDOW=0" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
       echo "== -DDTYPE=1 $cfg $mods" >>"$out/verbose.log"
       timeout 30 "$b/nvbuild" "-cl-nv-verbose -DDTYPE=1 $cfg $mods" cl/common.cl cl/nvidia/ptx.cl cl/nvidia/flash_bwd_mma.cl 2>&1 |
@@ -80,6 +88,36 @@ if step tests_off 60; then
     tally "$out/seq_backward_off.log" "test_sequences_backward (FLASHCL_PORTABLE_ONLY=1)" $?
   fi
   summary+=$'\n'"[tests off: $(( $(date +%s) - t0 )) s]"
+fi
+if step alone 90; then
+  # Copies of cl/ in which one heavy kernel returns at once (its outputs are left unwritten: timing only).
+  for kern in flash_bwd_dkdv_mma flash_bwd_dq_mma; do
+    rm -rf "/tmp/kd-$kern"; cp -r cl "/tmp/kd-$kern"
+    python3 - "/tmp/kd-$kern/nvidia/flash_bwd_mma.cl" "$kern" <<'PY'
+import re, sys
+path, kern = sys.argv[1], sys.argv[2]
+src = open(path).read()
+m = re.search(r"void " + kern + r"\(.*?\)\s*\{", src, re.S)
+open(path, "w").write(src[:m.end()] + " return;" + src[m.end():])
+PY
+  done
+  bench_ms() { # KERNEL_DIR ARGS...: the median ms of one flashcl-bench row
+    local dir=$1; shift
+    env ${dir:+FLASHCL_KERNEL_DIR=$dir} FLASHCL_CACHE_DIR="/tmp/fcl-cache-alone${dir//\//-}" timeout 60 \
+      "$b/tools/flashcl-bench" --json --device H200 "$@" 2>>"$out/alone.err" |
+      python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin if l.startswith("{")]; print("%.3f" % r[0]["median_ms"] if r and r[0].get("status") == "ok" else "failed")'
+  }
+  summary+=$'\n'"alone: d causal | whole | without dK/dV | without dQ (ms, f16, B=4 H=16 N=4096, two rounds)"
+  for d in 64 128; do
+    for causal in "" --causal; do
+      row=(--batch 4 --heads 16 --dtype f16 --head-dim $d --seqlen 4096 --layout bnhd --impl backward --iters 10 --warmup 2 $causal)
+      line="$d ${causal:-no}"
+      for r in 1 2; do
+        line+=" | $(bench_ms "" "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dkdv_mma "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dq_mma "${row[@]}")"
+      done
+      summary+=$'\n'"    $line"
+    done
+  done
 fi
 echo "$summary" >"$out/summary.txt"
 echo "== summary ($(( $(date +%s) - t_start )) s; logs in $out)$summary"
