@@ -92,7 +92,7 @@ int fcl_parse_backward_shape(const char *text, int shape[4]);
    shape untouched. */
 int fcl_parse_forward_mma_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_PORTABLE_BACKWARD_SHAPE's "tr,tc,rm,rn" (both kernels) or "tr,tc,rm,rn,tr,tc,rm,rn" (dK/dV, then
-   dQ) into shape[8]: 0 when it is four or eight integers, tr and tc 1..1024, rm and rn 1..16, else -1 and shape
+   dQ) into shape[8]: 0 when it is four or eight integers, tr and tc 1..4096, rm and rn 1..256, else -1 and shape
    untouched. */
 int fcl_parse_portable_backward_shape(const char *text, int shape[8]);
 

@@ -57,7 +57,9 @@ int fcl_parse_forward_mma_shape(const char *text, int shape[5]) {
 }
 
 int fcl_parse_portable_backward_shape(const char *text, int shape[8]) {
-  static const long lo[8] = {1, 1, 1, 1, 1, 1, 1, 1}, hi[8] = {1024, 1024, 16, 16, 1024, 1024, 16, 16},
+  static const long lo[8] = {1, 1, 1, 1, 1, 1, 1, 1},
+                    hi[8] = {FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM, FCL_SHAPE_MAX_PER_ITEM,
+                             FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_ITEMS, FCL_SHAPE_MAX_PER_ITEM, FCL_SHAPE_MAX_PER_ITEM},
                     step[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   int v[8];
   const int n = parse_list(text, v, 8, lo, hi, step);
