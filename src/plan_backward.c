@@ -36,6 +36,12 @@ size_t fcl_backward_local_bytes(const fcl_tile_plan *p, int which) {
    forward's, except that head_dim 64 starts at 16 (no measurement of the backward's choice is recorded). */
 static const fcl_tc_row first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}};
 
+/* CPUs without a loop budget (PoCL) take few work-items of many rows, as the forward's CPU shapes do: two
+   work-items, each 32 owned rows x 16 streamed rows, for both kernels (docs/notes-portable.md, v6: 2.1-2.5x the
+   speed of the search's 8 x 16 work-items on PoCL). Under a loop budget (llvmpipe) larger blocks would let fewer
+   tiles run, so those devices keep the search. */
+static const int cpu_shape[4] = {2, 1, 32, 16};
+
 /* Kernel `which`'s plan (FCL_BWD_*) at one shape: tr x tc work-items, each rm owned rows x rn streamed rows, the
    local row stride padded when pad is set and room allows. 0 and *out filled when the shape is consistent and fits
    max_wg work-items, local memory and (with budget set) the register budget; else -1 and *out untouched. */
@@ -74,7 +80,8 @@ static int shape_plan(const fcl_device_caps *caps, int which, int head_dim, size
 }
 
 /* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit): the forced shape
-   (FLASHCL_PORTABLE_BACKWARD_SHAPE; tr, tc, rm, rn, or NULL) where it fits, else the largest tiles that do. */
+   (FLASHCL_PORTABLE_BACKWARD_SHAPE; tr, tc, rm, rn, or NULL) where it fits, else a CPU's shape where it applies
+   and fits, else the largest tiles that fit. */
 static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, size_t kernel_max_wg, const int *forced,
                        fcl_tile_plan *out) {
   memset(out, 0, sizeof *out);
@@ -92,6 +99,14 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
       snprintf(out->reason, sizeof out->reason,
                "%s: %dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns "
                "(FLASHCL_PORTABLE_BACKWARD_SHAPE)", kernel, out->tr, out->tc, out->rm, out->rn, out->dn);
+      return 0;
+    }
+  for (int pad = 1; caps->is_cpu && !caps->loop_budget && pad >= 0; --pad)
+    if (shape_plan(caps, which, head_dim, max_wg, cpu_shape[0], cpu_shape[1], cpu_shape[2], cpu_shape[3], pad, 0,
+                   out) == 0) {
+      snprintf(out->reason, sizeof out->reason,
+               "%s: CPU shape: %dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns", kernel,
+               out->tr, out->tc, out->rm, out->rn, out->dn);
       return 0;
     }
   for (int pass = 0; pass < 2; ++pass)

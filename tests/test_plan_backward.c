@@ -94,6 +94,33 @@ int main(void) {
           names[which], p.br, p.bc, p.wg, p.local_bytes);
   }
 
+  /* A CPU without a loop budget: two work-items of 32 owned x 16 streamed rows for both kernels (where they fit);
+     with a loop budget (llvmpipe), or too little local memory, the search's tiles. */
+  fcl_device_caps cpu = caps;
+  cpu.is_cpu = 1;
+  cpu.local_mem_size = 4 << 20;
+  static const int cpu_dims[] = {1, 7, 64, 128, 256};
+  for (size_t i = 0; i < sizeof cpu_dims / sizeof cpu_dims[0]; ++i)
+    for (int which = 0; which < 2; ++which) {
+      const int ok = plan(&cpu, which, cpu_dims[i], FCL_DTYPE_F32, 0, &p) == 0 && p.tr == 2 && p.tc == 1 && p.rm == 32 &&
+                     p.rn == 16 && consistent(&p, which, &cpu) && strstr(p.reason, "CPU shape");
+      check(ok, "%s: CPU, head_dim %d: %dx%d work-items of %d x %d rows, %zu B: %s", names[which], cpu_dims[i], p.tr,
+            p.tc, p.rm, p.rn, p.local_bytes, p.reason);
+    }
+  fcl_device_caps budgeted = cpu;
+  budgeted.loop_budget = 65535;
+  fcl_device_caps cpu_small = cpu;
+  cpu_small.local_mem_size = 16 << 10;
+  for (int which = 0; which < 2; ++which) {
+    int r = plan(&budgeted, which, 64, FCL_DTYPE_F32, 0, &p);
+    check(r == 0 && !strstr(p.reason, "CPU shape") && p.wg > 2,
+          "%s: CPU with a loop budget, head_dim 64: the search's %dx%d work-items", names[which], p.tr, p.tc);
+    r = plan(&cpu_small, which, 64, FCL_DTYPE_F32, 0, &p);
+    check(r == 0 && !strstr(p.reason, "CPU shape") && consistent(&p, which, &cpu_small),
+          "%s: CPU with 16 KiB of local memory, head_dim 64: the search's %dx%d work-items, %zu B", names[which], p.tr,
+          p.tc, p.local_bytes);
+  }
+
   /* FLASHCL_PORTABLE_BACKWARD_SHAPE: four integers for both kernels or eight (dK/dV, then dQ), taken where they
      fit and said in the reason; a kernel whose shape does not fit gets its default plan; malformed or
      out-of-range text is refused by the parser. */
