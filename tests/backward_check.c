@@ -20,6 +20,11 @@ static void describe(const bwd_case *c, char *out, size_t size) {
   if (c->from_forward) strncat(out, " o,lse from forward", size - strlen(out) - 1);
 }
 
+void backward_shape_desc(const bwd_case *c, fcl_attention_desc *desc) {
+  const fwd_case f = as_forward_case(c);
+  case_shape_desc(&f, desc);
+}
+
 void backward_case_name(const bwd_case *c, int determinism, char *out, size_t size) {
   fwd_case f = as_forward_case(c);
   f.with_lse = 0;

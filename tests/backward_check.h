@@ -28,6 +28,8 @@ double backward_tolerance(fcl_dtype t);
 /* The case's name in test listings, from every field: the forward's name without _lse, then _fromfwd
    (o and lse from the library's forward) and _twice (determinism: run twice, compared bitwise). */
 void backward_case_name(const bwd_case *c, int determinism, char *out, size_t size);
+/* The descriptor of case c's shapes alone (dense strides): what fcl_describe_plan needs. */
+void backward_shape_desc(const bwd_case *c, fcl_attention_desc *desc);
 
 /* Runs one case and reports its check lines. determinism: also run a second time and compare bitwise.
    Returns 0 pass, 1 fail, 2 skipped (unsupported on the device). */

@@ -30,12 +30,16 @@ void forward_case_name(const fwd_case *c, char *out, size_t size) {
   if (c->plant && n < size) snprintf(out + n, size - n, "_nonfinite-v");
 }
 
-void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
-               const test_tensor *o, fcl_attention_desc *desc) {
+void case_shape_desc(const fwd_case *c, fcl_attention_desc *desc) {
   memset(desc, 0, sizeof *desc);
   desc->batch = c->b, desc->num_heads = c->h, desc->num_kv_heads = c->hkv;
   desc->seqlen_q = c->nq, desc->seqlen_k = c->nk, desc->head_dim = c->d;
   desc->dtype = c->dtype, desc->scale = c->scale, desc->causal = c->causal;
+}
+
+void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
+               const test_tensor *o, fcl_attention_desc *desc) {
+  case_shape_desc(c, desc);
   tensor_to_desc(q, desc->q_stride, &desc->q_offset);
   tensor_to_desc(k, desc->k_stride, &desc->k_offset);
   tensor_to_desc(v, desc->v_stride, &desc->v_offset);

@@ -36,6 +36,8 @@ void describe_case(const fwd_case *c, char *out, size_t size);
 /* The case's name in test listings, from every field: B2_H3_Nq127_Nk127_d64_f32_causal_bhnd_lse. */
 void forward_case_name(const fwd_case *c, char *out, size_t size);
 
+/* The descriptor of case c's shapes alone (dense strides): what fcl_describe_plan needs. */
+void case_shape_desc(const fwd_case *c, fcl_attention_desc *desc);
 /* The descriptor of case c over the tensors' layouts. */
 void case_desc(const fwd_case *c, const test_tensor *q, const test_tensor *k, const test_tensor *v,
                const test_tensor *o, fcl_attention_desc *desc);

@@ -333,10 +333,7 @@ static int forced_shape_unavailable(test_env *env, const bwd_case *c) {
   /* An override the library ignores (out of bounds, malformed) forces nothing: the default runs. */
   if (!shape || fcl_parse_portable_backward_shape(shape, s) != 0) return 0;
   fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
-  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d;
-  desc.dtype = c->dtype, desc.scale = c->scale, desc.causal = c->causal;
+  backward_shape_desc(c, &desc);
   fcl_plan_info info;
   if (fcl_describe_plan(env->fcl, FCL_OP_BACKWARD, &desc, &info) != FCL_SUCCESS) return 0; /* the run reports it */
   /* fcl_describe_plan's words for the two portable kernels' shapes (src/describe.c). */

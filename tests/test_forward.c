@@ -143,10 +143,7 @@ static int forced_shape_unavailable(test_env *env, const fwd_case *c, const char
   if (!shape || fcl_parse_forward_shape(shape, fs) != 0) return 0;
   const int tr = fs[0], tc = fs[1], rm = fs[2], rn = fs[3];
   fcl_attention_desc desc;
-  memset(&desc, 0, sizeof desc);
-  desc.batch = c->b, desc.num_heads = c->h, desc.num_kv_heads = c->hkv;
-  desc.seqlen_q = c->nq, desc.seqlen_k = c->nk, desc.head_dim = c->d;
-  desc.dtype = c->dtype, desc.scale = c->scale, desc.causal = c->causal;
+  case_shape_desc(c, &desc);
   fcl_plan_info info;
   char what[200];
   describe_case(c, what, sizeof what);
