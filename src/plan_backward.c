@@ -79,6 +79,20 @@ static int shape_plan(const fcl_device_caps *caps, int which, int head_dim, size
   return 0;
 }
 
+/* Kernel `which`'s plan at a given shape (tr, tc, rm, rn; the local rows padded where that fits, else not; no
+   register budget), its reason the kernel, tag, the shape and suffix: 0 when it fits, else -1. */
+static int given_shape(const fcl_device_caps *caps, int which, int head_dim, size_t max_wg, const int shape[4],
+                       const char *tag, const char *suffix, fcl_tile_plan *out) {
+  for (int pad = 1; pad >= 0; --pad)
+    if (shape_plan(caps, which, head_dim, max_wg, shape[0], shape[1], shape[2], shape[3], pad, 0, out) == 0) {
+      snprintf(out->reason, sizeof out->reason,
+               "%s: %s%dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns%s",
+               which == FCL_BWD_DKDV ? "dK/dV" : "dQ", tag, out->tr, out->tc, out->rm, out->rn, out->dn, suffix);
+      return 0;
+    }
+  return -1;
+}
+
 /* The plan of kernel `which` (FCL_BWD_*) within kernel_max_wg work-items (0: the device's limit): the forced shape
    (FLASHCL_PORTABLE_BACKWARD_SHAPE; tr, tc, rm, rn, or NULL) where it fits, else a CPU's shape where it applies
    and fits, else the largest tiles that fit. */
@@ -93,22 +107,12 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
   }
   const size_t max_wg = fcl_work_group_limit(caps, kernel_max_wg);
   const size_t local_limit = (size_t)caps->local_mem_size;
-  const char *kernel = which == FCL_BWD_DKDV ? "dK/dV" : "dQ";
-  for (int pad = 1; forced && forced[0] && pad >= 0; --pad)
-    if (shape_plan(caps, which, head_dim, max_wg, forced[0], forced[1], forced[2], forced[3], pad, 0, out) == 0) {
-      snprintf(out->reason, sizeof out->reason,
-               "%s: %dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns "
-               "(FLASHCL_PORTABLE_BACKWARD_SHAPE)", kernel, out->tr, out->tc, out->rm, out->rn, out->dn);
-      return 0;
-    }
-  for (int pad = 1; caps->is_cpu && !caps->loop_budget && pad >= 0; --pad)
-    if (shape_plan(caps, which, head_dim, max_wg, cpu_shape[0], cpu_shape[1], cpu_shape[2], cpu_shape[3], pad, 0,
-                   out) == 0) {
-      snprintf(out->reason, sizeof out->reason,
-               "%s: CPU shape: %dx%d work-items, each %d owned rows x %d streamed rows, %d head_dim columns", kernel,
-               out->tr, out->tc, out->rm, out->rn, out->dn);
-      return 0;
-    }
+  if (forced && forced[0] &&
+      given_shape(caps, which, head_dim, max_wg, forced, "", " (FLASHCL_PORTABLE_BACKWARD_SHAPE)", out) == 0)
+    return 0;
+  if (caps->is_cpu && !caps->loop_budget &&
+      given_shape(caps, which, head_dim, max_wg, cpu_shape, "CPU shape: ", "", out) == 0)
+    return 0;
   for (int pass = 0; pass < 2; ++pass)
     for (int tc = fcl_first_tc(first_tcs, sizeof first_tcs / sizeof first_tcs[0], head_dim); tc >= 1; tc /= 2)
       for (int tr = 128 / tc; tr >= 1; tr /= 2)
@@ -119,7 +123,7 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
               snprintf(out->reason, sizeof out->reason,
                        "%s: largest tiles within %zu B of local memory and %zu work-items: %dx%d work-items, "
                        "each %d owned rows x %d streamed rows, %d head_dim columns",
-                       kernel, local_limit, max_wg, tr, tc, out->rm, out->rn, out->dn);
+                       which == FCL_BWD_DKDV ? "dK/dV" : "dQ", local_limit, max_wg, tr, tc, out->rm, out->rn, out->dn);
               return 0;
             }
   snprintf(out->reason, sizeof out->reason,
