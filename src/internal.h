@@ -87,9 +87,9 @@ int fcl_parse_forward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys": 0 when it is four integers, warps
    1..8 and rows or keys multiples of 16 in 16..128, else -1 and shape untouched. */
 int fcl_parse_backward_shape(const char *text, int shape[4]);
-/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,kdb]": 0 when it is four or five integers, warps
-   1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem and kdb 0 or 1 (kdb 0 when absent), else -1 and
-   shape untouched. */
+/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,stages]": 0 when it is four or five integers,
+   warps 1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem 0 or 1, stages 2..8 (2 when absent), else -1
+   and shape untouched. */
 int fcl_parse_forward_mma_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_PORTABLE_BACKWARD_SHAPE's "tr,tc,rm,rn" (both kernels) or "tr,tc,rm,rn,tr,tc,rm,rn" (dK/dV, then
    dQ) into shape[8]: 0 when it is four or eight integers, tr and tc 1..4096, rm and rn 1..256, else -1 and shape
@@ -136,7 +136,7 @@ typedef struct fcl_tile_plan {
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in common.cl) */
-  int kdb;          /* nvidia_mma forward: two K tiles (K(j+1) loads during all of iteration j) */
+  int stages;       /* nvidia_mma forward: K/V tile buffers in its ring (STAGES; 2..8, stages - 1 in flight) */
   int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles
                        (DIRECT in flash_fwd.cl: few rows on a CPU) */
   int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's

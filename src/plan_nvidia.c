@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Local memory of the kernel: K and V tiles of bc rows (and the Q tile of br rows when qsmem), reused for
-   the O tile at the end. */
+/* Local memory of the kernel: its ring of K/V tiles of bc rows (and the Q tile of br rows when qsmem), reused
+   for the O tile at the end. */
 size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged) {
-  size_t kv = (size_t)(2 + (p->kdb ? 1 : 0)) * (size_t)p->bc * (size_t)p->ds +
+  size_t kv = (size_t)p->stages * (size_t)p->bc * (size_t)p->ds +
               (p->qsmem ? (size_t)p->br * (size_t)p->ds : 0),
          o = (size_t)p->br * (size_t)p->ds;
   /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
@@ -41,16 +41,16 @@ static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
 
 /* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
 
-/* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers), a
-   second K tile (kdb: K(j+1) loads during all of iteration j). */
+/* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers),
+   K/V tile buffers of the ring (stages; stages - 1 tiles in flight). */
 typedef struct nvidia_forward_shape {
-  int warps, tiles, keys, qsmem, kdb;
+  int warps, tiles, keys, qsmem, stages;
 } nvidia_forward_shape;
 
 /* The first shape by head_dim, from the measurements in docs/notes-nvidia.md (H200): 32 query rows a warp
    halve the ldmatrix bytes per mma against 16, and with the Q tile in local memory instead of registers that
    fits 255 registers without spilling. The first row that applies is taken; the planner has declined head_dims
-   above 256. None takes a second K tile: it measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). */
+   above 256. All keep two buffers: a second K tile measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). */
 static const struct {
   int max_head_dim;
   int causal_max_rows; /* > 0: only for causal problems of at most this many query rows; -1: any causal */
@@ -58,18 +58,18 @@ static const struct {
 } forward_defaults[] = {
     /* causal: 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: 4-6% faster than Q in local memory
        at N = 4096 and 16384, f16 and bf16 (v12); not causal the two are within the runs' spread */
-    {64, -1, {4, 2, 64, 0, 0}},
-    {64, 0, {4, 2, 64, 1, 0}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
+    {64, -1, {4, 2, 64, 0, 2}},
+    {64, 0, {4, 2, 64, 1, 2}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
-    {128, 2048, {4, 1, 64, 0, 0}},
+    {128, 2048, {4, 1, 64, 0, 2}},
     /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB); 48-key tiles ran up to 3%
        faster but spill 24-128 bytes at head_dim 128 (v12) */
-    {128, 0, {2, 2, 32, 1, 0}},
-    {256, 0, {4, 1, 32, 0, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+    {128, 0, {2, 2, 32, 1, 2}},
+    {256, 0, {4, 1, 32, 0, 2}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
 /* Then smaller shapes for devices with less local memory, in this order. */
-static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 0}, {4, 1, 16, 0, 0}, {2, 1, 16, 0, 0}};
+static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 2}, {4, 1, 16, 0, 2}, {2, 1, 16, 0, 2}};
 
 static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
@@ -140,10 +140,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;
   }
-  /* FLASHCL_FORWARD_MMA_SHAPE (development) is tried before that shape (never with a second K tile for paged
-     keys, whose rows are resolved a tile at a time); where it does not fit, the default plan follows. */
+  /* FLASHCL_FORWARD_MMA_SHAPE (development) is tried before that shape (never with a deeper ring for paged
+     keys, whose rows are resolved a tile ahead); where it does not fit, the default plan follows. */
   const int *ms = ov->forward_mma_shape;
-  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table ? 0 : ms[4]};
+  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table || ms[4] < 2 ? 2 : ms[4]};
   const size_t nfall = sizeof forward_fallbacks / sizeof forward_fallbacks[0];
   int found = 0, took_forced = 0;
   for (size_t i = ms[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
@@ -154,7 +154,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.rm = sh->tiles;
     t.bc = sh->keys;
     t.qsmem = sh->qsmem;
-    t.kdb = sh->kdb;
+    t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
@@ -165,10 +165,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
-           "%d-key tiles%s, Q in %s, %zu B local%s",
+           "%d-key tiles in %d buffers, Q in %s, %zu B local%s",
            caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
-           t.kdb ? " (K double-buffered)" : "", t.qsmem ? "local memory" : "registers", t.local_bytes,
+           t.stages, t.qsmem ? "local memory" : "registers", t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;

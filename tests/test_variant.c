@@ -160,20 +160,20 @@ static void planner_cases(void) {
   check(r == 0 && t.tr == 2 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.local_bytes <= nv.local_mem_size &&
             !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the default plan, %s", t.reason);
-  check(fcl_parse_forward_mma_shape("4,2,64,0,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1 parsed");
+  check(fcl_parse_forward_mma_shape("4,2,64,0,3", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3 parsed");
   fcl_problem p64 = problem(64, FCL_DTYPE_F16, 0);
   r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
-  /* Three 64-key tiles of 72-element rows (K, K, V) in 2-byte elements: 27 648 B, against 18 432 B with one K. */
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.kdb == 1 && t.local_bytes == 27648 &&
-            strstr(t.reason, "K double-buffered"),
-        "planner, head_dim 64, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1: a second K tile, %zu B: %s", t.local_bytes, t.reason);
-  /* Paged K/V never takes it: the kernel loads K(j + 1) before that tile's rows are resolved. */
+  /* A ring of three 64-key tiles of 72-element rows in 2-byte elements: 27 648 B, against 18 432 B with two. */
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.stages == 3 && t.local_bytes == 27648 &&
+            strstr(t.reason, "64-key tiles in 3 buffers"),
+        "planner, head_dim 64, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3: three tile buffers, %zu B: %s", t.local_bytes, t.reason);
+  /* Paged K/V never takes a deeper ring: the kernel would load tiles before their rows are resolved. */
   p64.block_table = (cl_mem)&nv; /* only tested against NULL by the planner */
   r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.kdb == 0 && !strstr(t.reason, "K double-buffered"),
-        "planner, head_dim 64, paged K/V, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,1: one K tile: %s", t.reason);
-  static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,2",
-                                        "4,1,32,0,0,0", "x", ""};
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.stages == 2 && strstr(t.reason, "in 2 buffers"),
+        "planner, head_dim 64, paged K/V, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3: two tile buffers: %s", t.reason);
+  static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,1",
+                                        "4,1,32,0,9", "4,1,32,0,2,0", "x", ""};
   for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
     int shape[5] = {7, 7, 7, 7, 7};
     check(fcl_parse_forward_mma_shape(bad_mma[i], shape) != 0 && shape[0] == 7,

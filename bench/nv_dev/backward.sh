@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-call validation of the tensor-core backward (cl/nvidia/flash_bwd_mma.cl; docs/notes-nvidia.md, v10) on the
-# GPU machine, inside the 600 s of one device call. Run from the root of the tree to test, after
+# GPU machine, inside the 600 s of one device call (or BUDGET s of it). Run from the root of the tree to test, after
 # `bash .gpu/setup.sh`:  bash bench/nv_dev/backward.sh [STEP...]  (default: verbose variant tests compare tests_off)
 # Logs go to $OUT (or /tmp/nv_backward); the build to $BUILD (default build-nv-bwd in the tree, ignored by git).
 # Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE). Steps, each under its own timeout, a
@@ -25,7 +25,7 @@ export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200} FLASHCL_CACHE_DIR=${FLAS
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; date -u; git log --oneline -1; } 2>&1 | tee "$out/device.txt"
 summary=""
 steps=" ${*:-verbose variant tests compare tests_off} "
-left() { echo $(( 590 - ($(date +%s) - t_start) )); }
+left() { echo $(( ${BUDGET:-590} - ($(date +%s) - t_start) )); }
 # step NAME NEEDED_S: 0 when at least NEEDED_S seconds are left, else notes the skip.
 step() {
   [[ $steps == *" $1 "* || ($1 == tests_off_seq && $steps == *" tests_off "*) ]] || return 1

@@ -284,8 +284,8 @@ int main(int argc, char **argv) {
       int d, nw, mt, bc;
       const char *defs, *opts;
     } cf[] = {
-        {128, 2, 2, 32, "-DQSMEM=1 -DKDB=0", ""}, {128, 2, 2, 32, "-DQSMEM=1 -DKDB=1", ""},
-        {64, 4, 2, 64, "-DQSMEM=1 -DKDB=0", ""}, {64, 4, 2, 64, "-DQSMEM=1 -DKDB=1", ""},
+        {128, 2, 2, 32, "-DQSMEM=1 -DSTAGES=2", ""}, {128, 2, 2, 32, "-DQSMEM=1 -DSTAGES=3", ""},
+        {64, 4, 2, 64, "-DQSMEM=1 -DSTAGES=2", ""}, {64, 4, 2, 64, "-DQSMEM=1 -DSTAGES=3", ""},
     };
     printf("%-5s %4s %6s %3s %3s %3s %4s %-18s %-24s %9s %8s %10s\n", "dtype", "d", "N", "cau", "NW", "MT", "BC", "defs",
            "opts", "ms", "TFLOP/s", "maxdiff");

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Shape sweeps of the tensor-core kernels through the development overrides, without rebuilding
-# (docs/notes-nvidia.md, v12, v17): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,kdb] for the forward and for
+# (docs/notes-nvidia.md, v12, v17): FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,stages] for the forward and for
 # decode, FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys for the backward,
 # FLASHCL_PORTABLE_BACKWARD_SHAPE=tr,tc,rm,rn[,tr,tc,rm,rn] for the portable (f32) backward. Each row prints the
 # median time and the plan that ran (flashcl-bench's "plan"; "forced" when the override was taken, else the
@@ -11,7 +11,8 @@
 #   [backward] [portable] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
-# planner's own) to time other shapes than the defaults' neighbours, DEVICE for another device than the H200.
+# planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
+# DEVICE for another device than the H200.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -87,8 +88,9 @@ for step in "$@"; do
     decode)
       for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
         set -- $row
-        for sh in ${DECODE_SHAPES:-default 1,1,48,0,1 1,1,32,0,1 2,1,64,0 4,1,64,0}; do
-          echo "decode $row $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" us --batch "$1" --heads "$2" --kv-heads "$3" \
+        for sh in ${DECODE_SHAPES:-default 2,1,32,0,3 2,1,32,0,5 1,1,32,0,5 2,1,16,0,8 2,1,64,0 4,1,64,0}; do
+          sp=; [[ $sh == *@* ]] && sp=${sh#*@} # SHAPE@N: with FLASHCL_FORWARD_SPLITS=N
+          echo "decode $row $sh | $(FLASHCL_FORWARD_SPLITS=$sp run FLASHCL_FORWARD_MMA_SHAPE "${sh%@*}" us --batch "$1" --heads "$2" --kv-heads "$3" \
             --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
             --warmup 3)"
         done

@@ -4,14 +4,17 @@
  * A work-group of NW warps owns BR = NW * MT * 16 query rows of one (batch, head); each warp owns MT
  * tiles of 16 rows and keeps its O accumulator in registers; its Q fragments live in registers
  * (QSMEM 0) or in a local Q tile read by ldmatrix at each k step (QSMEM 1: fewer registers, so that 32
- * rows a warp fit at head_dim 128). K and V tiles of BC rows stream through two local buffers with
- * cp.async: V(j) loads while S = Q K(j)^T is computed, and K(j+1) loads while O += P V(j) is computed.
+ * rows a warp fit at head_dim 128). K and V tiles of BC rows stream through a ring of STAGES local buffers
+ * with cp.async, in the order K(0), V(0), K(1), V(1), ...: each is waited for when it is needed and the tile
+ * STAGES - 1 further on is issued into the buffer just freed. With two buffers V(j) loads while S = Q K(j)^T
+ * is computed and K(j+1) while O += P V(j) is; more keep more bytes in flight for decode, where there is
+ * little to compute between the waits.
  * S is computed and softmaxed in the mma accumulator layout; its rounded probabilities are reused in
  * registers directly as the A operand of P V.
  *
  * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up
  * to 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
- * bank conflicts), NW, MT, BC, QSMEM. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
+ * bank conflicts), NW, MT, BC, QSMEM, STAGES. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
  * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
  * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
  * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
@@ -54,11 +57,30 @@
 #ifndef LAZY_RESCALE
 #define LAZY_RESCALE 1 /* 1: skip rescaling O when no row maximum of the warp changed */
 #endif
-#ifndef KDB
-#define KDB 0 /* 1: two K tiles, so K(j+1) loads during all of iteration j (a third tile after V) */
+#ifndef STAGES
+#define STAGES 2 /* tile buffers of the K/V ring; STAGES - 1 tiles in flight while one is read */
 #endif
-#define QOFF ((2 + KDB) * TILE)                 /* the Q tile [BR][DS] after the K and V tiles */
-#define KVQ ((2 + KDB) * TILE + QSMEM * BR * DS) /* elements: K and V tiles (and Q); later the O tile */
+/* cp.async.wait_group takes an immediate: the groups that may stay pending when a tile is needed (the
+   STAGES - 2 committed after it). */
+#if STAGES == 2
+#define RING_WAIT() CP_ASYNC_WAIT_ALL()
+#elif STAGES == 3
+#define RING_WAIT() CP_ASYNC_WAIT_BUT_ONE()
+#elif STAGES == 4
+#define RING_WAIT() asm volatile("cp.async.wait_group 2;\n" ::: "memory")
+#elif STAGES == 5
+#define RING_WAIT() asm volatile("cp.async.wait_group 3;\n" ::: "memory")
+#elif STAGES == 6
+#define RING_WAIT() asm volatile("cp.async.wait_group 4;\n" ::: "memory")
+#elif STAGES == 7
+#define RING_WAIT() asm volatile("cp.async.wait_group 5;\n" ::: "memory")
+#elif STAGES == 8
+#define RING_WAIT() asm volatile("cp.async.wait_group 6;\n" ::: "memory")
+#else
+#error "flash_fwd_mma: STAGES is 2..8"
+#endif
+#define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
+#define KVQ (STAGES * TILE + QSMEM * BR * DS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
 #if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
 #error "flash_fwd_mma: inconsistent tile defines"
@@ -143,8 +165,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS,
                    FCL_SPLIT_ARGS) {
   __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
-  __local ushort *Ks = (__local ushort *)smem;
-  __local ushort *Vs = Ks + TILE;
+  __local ushort *Ks = (__local ushort *)smem; /* the ring's first buffer */
   /* Paged keys (KV 2): each tile's rows' element offsets in K and in V, resolved once by the work-items of the
      rows into one of two slots (tile j's in slot j & 1): tiles 0 and 1 before the key loop, tile j + 2 at the
      end of iteration j, where the S and P registers are free (a table read there kept in registers across
@@ -152,8 +173,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
      after the barrier that publishes it; slot j & 1's tile j was last read by V(j)'s load at the top of
      iteration j. The host counts these 32 BC bytes in the plan's local memory. */
   __local long page[KV == 2 ? 2 : 1][2][KV == 2 ? BC : 1];
-#if KV == 2 && KDB
-#error "flash_fwd_mma: KDB loads K(j + 1) before its rows are resolved; paged keys take KDB 0"
+#if KV == 2 && STAGES != 2
+#error "flash_fwd_mma: a deeper ring loads tiles before their rows are resolved; paged keys take STAGES 2"
 #endif
 
   const int lid = get_local_id(0);
@@ -229,6 +250,17 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
+  /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES; past the last key tile an
+     empty commit group, so that every RING_WAIT counts the same groups. */
+#define RING_LOAD(n)                                                                                          \
+  do {                                                                                                       \
+    const int n_ = (n);                                                                                      \
+    if (n_ < 2 * ntiles)                                                                                     \
+      fcl_load_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, PAGE(n_ >> 1, n_ & 1),    \
+                    kv_begin + (n_ >> 1) * BC, nk, lid);                                                     \
+    else                                                                                                     \
+      CP_ASYNC_COMMIT();                                                                                     \
+  } while (0)
 
   const int wrow = warp * MT * 16;
 #if QSMEM
@@ -243,11 +275,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * 8 : q, ok ? 16 : 0);
     }
   }
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
+  /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
+#pragma unroll
+  for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #else
-  if (ntiles > 0) fcl_load_tile(Ks, k, k_sn, PAGE(0, 0), kv_begin, nk, lid);
+#pragma unroll
+  for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
   /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
   uint qa[MT][KT][4];
@@ -299,23 +334,18 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
      (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) give b0b1, b2b3 of two n8 tiles.
      V (B of P V, transposed): (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15). */
   const uint k_lane = SMEM_ADDR(Ks + ((lane & 7) + (lane >> 4) * 8) * DS + ((lane >> 3) & 1) * 8);
-  const uint v_lane = SMEM_ADDR(Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+  const uint v_lane = SMEM_ADDR(Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 
   for (int j = 0; j < ntiles; ++j) {
     const int k0 = kv_begin + j * BC;
 #if KV == 2
     if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
 #endif
-    CP_ASYNC_WAIT_ALL(); /* K(j) has landed for this work-item ... */
-    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1) */
-    fcl_load_tile(Vs, v, v_sn, PAGE(j, 1), k0, nk, lid);
-#if KDB
-    /* K(j+1) into the other K tile, whose K(j-1) every warp finished before the barrier above. */
-    if (j + 1 < ntiles) fcl_load_tile(Ks + ((j + 1) & 1) * 2 * TILE, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
-    const uint k_addr = k_lane + (uint)((j & 1) * 4 * TILE);
-#else
-    const uint k_addr = k_lane;
-#endif
+    RING_WAIT(); /* K(j) has landed for this work-item ... */
+    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1), whose buffer is reused */
+    RING_LOAD(2 * j + STAGES - 1);
+    const uint k_addr = k_lane + (uint)((2 * j) % STAGES * TILE * 2);
+    const uint v_addr = v_lane + (uint)((2 * j + 1) % STAGES * TILE * 2);
 
     float s[MT][NT][4];
 #pragma unroll
@@ -421,25 +451,16 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         pa[mt][kt][3] = fcl_pack2(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
       }
 
-#if KDB
-    /* V(j) has landed; K(j+1), committed after it, may still be in flight. */
-    if (j + 1 < ntiles)
-      CP_ASYNC_WAIT_BUT_ONE();
-    else
-      CP_ASYNC_WAIT_ALL();
-    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item */
-#else
-    CP_ASYNC_WAIT_ALL(); /* V(j) has landed */
-    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j) */
-    if (j + 1 < ntiles) fcl_load_tile(Ks, k, k_sn, PAGE(j + 1, 0), k0 + BC, nk, lid);
-#endif
+    RING_WAIT(); /* V(j) has landed */
+    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j), whose buffer is reused */
+    RING_LOAD(2 * j + STAGES);
 
 #pragma unroll
     for (int kt = 0; kt < PT; ++kt) {
 #pragma unroll
       for (int np = 0; np < OT / 2; ++np) {
         uint b0, b1, b2, b3;
-        LDSM_X4_T(b0, b1, b2, b3, v_lane + (uint)((kt * 16 * DS + np * 16) * 2));
+        LDSM_X4_T(b0, b1, b2, b3, v_addr + (uint)((kt * 16 * DS + np * 16) * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           MMA(acc[mt][2 * np], pa[mt][kt], b0, b1);
@@ -535,7 +556,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     }
   return;
 #endif
-  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles; no copy is in flight */
+  CP_ASYNC_WAIT_ALL(); /* the Q copy of a block without key tiles may still be in flight */
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles */
   __local ushort *Os = Ks;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
