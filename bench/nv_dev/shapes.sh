@@ -12,7 +12,7 @@
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
-# DEVICE for another device than the H200.
+# DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, DEVICE for another device than the H200.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -47,6 +47,9 @@ run() {
   else env "$name=$shape" timeout 60 "$b/tools/flashcl-bench" --json --device "$device" "$@" 2>>"$out/bench.err" | show "$unit"; fi
 }
 
+# The decode rows (issue 12's table; DECODE_ROWS="B,H,HKV,Q,N;..." for others).
+decode_rows=("1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384")
+if [ -n "${DECODE_ROWS:-}" ]; then IFS=';' read -ra decode_rows <<<"${DECODE_ROWS//,/ }"; fi
 for step in "$@"; do
   case $step in
     forward)
@@ -86,7 +89,7 @@ for step in "$@"; do
         done
       done ;;
     decode)
-      for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
+      for row in "${decode_rows[@]}"; do
         set -- $row
         for sh in ${DECODE_SHAPES:-default 2,1,32,0,3 2,1,32,0,5 1,1,32,0,5 2,1,16,0,8 2,1,64,0 4,1,64,0}; do
           sp=; [[ $sh == *@* ]] && sp=${sh#*@} # SHAPE@N: with FLASHCL_FORWARD_SPLITS=N
@@ -96,7 +99,7 @@ for step in "$@"; do
         done
       done ;;
     splits)
-      for row in "1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384"; do
+      for row in "${decode_rows[@]}"; do
         set -- $row
         for sp in ${SPLITS:-default 4 8 16 32 64 128}; do
           echo "decode $row splits $sp | $(run FLASHCL_FORWARD_SPLITS "$sp" us --batch "$1" --heads "$2" --kv-heads "$3" \
