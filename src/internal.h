@@ -73,7 +73,7 @@ typedef struct fcl_plan_overrides {
      rows a step, dQ warps and keys a tile (0: none) */
   int backward_shape[4];
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
-     warp, key-tile rows, Q tile in local memory, a second K tile (warps 0: none) */
+     warp, key-tile rows, Q tile in local memory, K/V tile buffers of its ring (warps 0: none) */
   int forward_mma_shape[5];
   /* FLASHCL_PORTABLE_BACKWARD_SHAPE: the portable backward's shapes, used where they fit: tr, tc, rm, rn of the
      dK/dV kernel, then of the dQ kernel (tr 0: none) */

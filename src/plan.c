@@ -163,8 +163,8 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
   const int64_t span = p->wl + p->wr + rows < p->nk ? p->wl + p->wr + rows : p->nk;
   const int64_t tiles = (span + t->bc - 1) / t->bc;
   if (t->variant == FCL_VARIANT_NVIDIA_FORWARD) {
-    /* The tensor-core kernel streams a chunk through one K and one V tile a warp, so its speed is that of the
-       loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
+    /* The tensor-core kernel streams a chunk through a ring of K and V tiles (two at the defaults), so its
+       speed is that of the loads in flight: the H200's decode sweep (docs/notes-nvidia.md, v8) was fastest with about four warps a
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
        warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
        count or within 3% of it on the six decode rows measured (v13). */

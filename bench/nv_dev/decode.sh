@@ -5,7 +5,8 @@
 # usage: bash bench/nv_dev/decode.sh [verbose] [tests] [sweep] [compare] [paged]
 #   verbose  -cl-nv-verbose registers/spills of the decode kernel shapes (bench/nv_dev/nvbuild.c builds one
 #            program and prints its log)
-#   tests    test_variant, test_decode (planner's splits, then FLASHCL_FORWARD_SPLITS=5 and 100), test_forward
+#   tests    test_variant, test_decode (planner's splits, then FLASHCL_FORWARD_SPLITS=5 and 100, then a ring of
+#            five K/V buffers: FLASHCL_FORWARD_MMA_SHAPE=2,1,32,0,5), test_forward
 #   sweep    flashcl-bench on three batch-1 rows with FLASHCL_FORWARD_SPLITS forced to 8..128 (0: the planner)
 #   compare  bench/compare_torch.py --decode: the six rows beside PyTorch SDPA
 #   paged    the six rows dense and paged (--paged 16) at the planner's split counts, and the vLLM-shaped batch
@@ -34,8 +35,10 @@ for step in "$@"; do
       timeout 150 "$b/tests/test_decode" >"$out/decode.log" 2>&1
       FLASHCL_FORWARD_SPLITS=5 timeout 150 "$b/tests/test_decode" >"$out/decode_split5.log" 2>&1
       FLASHCL_FORWARD_SPLITS=100 timeout 150 "$b/tests/test_decode" >"$out/decode_split100.log" 2>&1
+      # a deeper K/V ring (five tile buffers) than the defaults' two
+      FLASHCL_FORWARD_MMA_SHAPE=2,1,32,0,5 timeout 150 "$b/tests/test_decode" >"$out/decode_ring5.log" 2>&1
       timeout 200 "$b/tests/test_forward" >"$out/forward.log" 2>&1
-      for l in variant decode decode_split5 decode_split100 forward; do
+      for l in variant decode decode_split5 decode_split100 decode_ring5 forward; do
         summary+=$'\n'"$l: $(grep -E 'passed, .* failed' "$out/$l.log" | tail -1)"
         summary+="$(grep -E '^FAIL' "$out/$l.log" | head -5 | sed 's/^/\n  /')"
       done ;;

@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
         {128, 2, 2, 32, "-DQSMEM=1 -DSTAGES=2", ""}, {128, 2, 2, 32, "-DQSMEM=1 -DSTAGES=3", ""},
         {64, 4, 2, 64, "-DQSMEM=1 -DSTAGES=2", ""}, {64, 4, 2, 64, "-DQSMEM=1 -DSTAGES=3", ""},
     };
-    printf("%-5s %4s %6s %3s %3s %3s %4s %-18s %-24s %9s %8s %10s\n", "dtype", "d", "N", "cau", "NW", "MT", "BC", "defs",
+    printf("%-5s %4s %6s %3s %3s %3s %4s %-20s %-24s %9s %8s %10s\n", "dtype", "d", "N", "cau", "NW", "MT", "BC", "defs",
            "opts", "ms", "TFLOP/s", "maxdiff");
     const int dt = 1;
     for (size_t i = 0; i < sizeof cf / sizeof cf[0]; ++i) {
@@ -308,7 +308,7 @@ int main(int argc, char **argv) {
           time_it(&desc, NULL, 0, 0, bo, 1);
           double ms = time_it(&desc, kern, c.nw * c.mt * 16, c.nw * 32, bo2, 10);
           double md = max_diff(dt, (size_t)4 * 16 * n * d);
-          printf("%-5s %4d %6d %3d %3d %3d %4d %-18s %-24s %9.3f %8.1f %10.2e\n", "f16", d, n, causal, c.nw, c.mt, c.bc,
+          printf("%-5s %4d %6d %3d %3d %3d %4d %-20s %-24s %9.3f %8.1f %10.2e\n", "f16", d, n, causal, c.nw, c.mt, c.bc,
                  cf[i].defs, cf[i].opts, ms, flops(d, n, causal) / ms * 1e-9, md);
           fflush(stdout);
         }

@@ -55,7 +55,7 @@ for step in "$@"; do
     forward)
       for row in "f16 64 16384" "bf16 64 16384" "f16 64 4096" "f16 128 4096" "f16 128 16384"; do
         set -- $row
-        if [ "$2" = 64 ]; then shapes=${FORWARD_SHAPES:-"default 4,2,64,0 4,2,64,0,1 4,2,64,1,1"}
+        if [ "$2" = 64 ]; then shapes=${FORWARD_SHAPES:-"default 4,2,64,0 4,2,64,0,3 4,2,64,1,3"}
         else shapes=${FORWARD_SHAPES:-"default 2,2,48,1 4,1,64,0"}; fi
         for causal in "" --causal; do
           for sh in $shapes; do

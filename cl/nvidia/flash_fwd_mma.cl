@@ -127,7 +127,8 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
   }
   CP_ASYNC_COMMIT();
   if (bad) {
-    CP_ASYNC_WAIT_ALL(); /* the zero fills this work-item issued have landed */
+    CP_ASYNC_WAIT_ALL(); /* the zero fills this work-item issued have landed (and the ring's other tile: paged
+                            keys keep STAGES 2) */
     for (int i = 0; i < NCOPY; ++i) {
       const int c = lid + i * WG, r = c / CH, cc = c % CH;
       if (c < BC * CH && k0 + r < nk && cc * 8 < D && rows[r] < 0)
