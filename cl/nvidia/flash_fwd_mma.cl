@@ -60,25 +60,21 @@
 #ifndef STAGES
 #define STAGES 2 /* tile buffers of the K/V ring; STAGES - 1 tiles in flight while one is read */
 #endif
-/* cp.async.wait_group takes an immediate: the groups that may stay pending when a tile is needed (the
-   STAGES - 2 committed after it). */
-#if STAGES == 2
-#define RING_WAIT() CP_ASYNC_WAIT_ALL()
-#elif STAGES == 3
-#define RING_WAIT() CP_ASYNC_WAIT_BUT_ONE()
-#elif STAGES == 4
-#define RING_WAIT() asm volatile("cp.async.wait_group 2;\n" ::: "memory")
-#elif STAGES == 5
-#define RING_WAIT() asm volatile("cp.async.wait_group 3;\n" ::: "memory")
-#elif STAGES == 6
-#define RING_WAIT() asm volatile("cp.async.wait_group 4;\n" ::: "memory")
-#elif STAGES == 7
-#define RING_WAIT() asm volatile("cp.async.wait_group 5;\n" ::: "memory")
-#elif STAGES == 8
-#define RING_WAIT() asm volatile("cp.async.wait_group 6;\n" ::: "memory")
-#else
+/* When a tile is needed, the STAGES - 2 groups committed after it may stay pending (as a literal:
+   cp.async.wait_group takes an immediate). */
+#if STAGES < 2 || STAGES > 8
 #error "flash_fwd_mma: STAGES is 2..8"
 #endif
+#define RING_PENDING_2 0
+#define RING_PENDING_3 1
+#define RING_PENDING_4 2
+#define RING_PENDING_5 3
+#define RING_PENDING_6 4
+#define RING_PENDING_7 5
+#define RING_PENDING_8 6
+#define RING_PENDING_(s) RING_PENDING_##s
+#define RING_PENDING(s) RING_PENDING_(s)
+#define RING_WAIT() CP_ASYNC_WAIT_GROUP(RING_PENDING(STAGES))
 #define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
 #define KVQ (STAGES * TILE + QSMEM * BR * DS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)

@@ -23,8 +23,12 @@
                "r"(bytes)                                                                              \
                : "memory")
 #define CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;\n" ::: "memory")
-#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_group 0;\n" ::: "memory")
-#define CP_ASYNC_WAIT_BUT_ONE() asm volatile("cp.async.wait_group 1;\n" ::: "memory")
+/* Wait until at most n of this work-item's committed groups are pending; n is a literal (the instruction takes
+   an immediate), expanded first so that a macro naming one can be passed. */
+#define CP_ASYNC_WAIT_STR_(n) #n
+#define CP_ASYNC_WAIT_GROUP(n) asm volatile("cp.async.wait_group " CP_ASYNC_WAIT_STR_(n) ";\n" ::: "memory")
+#define CP_ASYNC_WAIT_ALL() CP_ASYNC_WAIT_GROUP(0)
+#define CP_ASYNC_WAIT_BUT_ONE() CP_ASYNC_WAIT_GROUP(1)
 
 /* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
 #define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
