@@ -9,7 +9,7 @@
 #            and B's plan when a shape override was asked for ("forced" when it was taken)
 #   verbose  -cl-nv-verbose registers and spills of the backward's dK/dV shapes, as B builds them
 #   tests    on B: test_variant, test_backward (the planner's shapes, then FLASHCL_BACKWARD_SHAPE=4,16,4,32),
-#            test_sequences_backward, test_decode, test_sequences, test_forward
+#            test_sequences_backward, test_decode, test_sequences, test_forward (TESTS="NAME[@SHAPE] ..." for others)
 # Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
 set -uo pipefail
 t_start=$(date +%s)
@@ -71,7 +71,7 @@ for step in "$@"; do
       summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' |
         sed -e 's/-DWINDOW=2 .*/(every modifier)/' -e 's/-DWINDOW=1 .*/(causal, sequences)/')" ;;
     tests)
-      for t in variant backward backward@4,16,4,32 sequences_backward decode sequences forward; do
+      for t in ${TESTS:-variant backward backward@4,16,4,32 sequences_backward decode sequences forward}; do
         [ "$(left)" -lt 40 ] && { summary+=$'\n'"test_$t: skipped ($(left) s left)"; continue; }
         name=${t%@*} shape=""; [[ $t == *@* ]] && shape=${t#*@}
         log="$out/test_${name}${shape:+_$shape}.log"
