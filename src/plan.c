@@ -168,6 +168,9 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
        compute unit in all, and chunks of at least four tiles. So the power of two nearest 4 CUs / (groups x
        warps), halved while a chunk would hold fewer than four tiles: with the one-pass combine the fastest
        count or within 3% of it on the six decode rows measured (v13). */
+    /* A decode grid of at least a block a compute unit with a padding warp is unsplit: the planner gave it a
+       deeper ring of K/V tiles instead (fcl_plan_nvidia_forward; docs/notes-nvidia.md, v19). */
+    if (t->copy_warps && groups >= cus) return 1;
     /* Warps that own rows: a decode block's padding warp (fcl_plan_nvidia_forward) adds no rows to compute. */
     const int row_warps = t->tr - t->copy_warps;
     const double warps = groups * (row_warps > 0 ? row_warps : 1), want = 4.0 * cus / warps;

@@ -207,6 +207,12 @@ static void planner_cases(void) {
              {2, 32, 8, 1, 4096, 128, 1, 16, 0, 16},    {1, 8, 8, 1, 4096, 128, 0, 32, 1, 32},
              {1, 32, 32, 1, 131072, 128, 0, 16, 0, 16}, {8, 32, 8, 1, 8192, 128, 1, 16, 0, 8},
              {4, 32, 8, 100, 4096, 128, 0, 64, 0, 1},   {32, 32, 8, 1, 4096, 256, 1, 16, 0, 2},
+             /* 240 and 256 blocks (two a unit or fewer, evenly): a padding warp, 32-key tiles in four buffers, no
+                split; 128, 136 (four units with two), 368 (three a unit) and 512 keep the rule's shape and count */
+             {32, 32, 8, 1, 4096, 128, 1, 32, 1, 1},    {30, 32, 8, 1, 4096, 128, 1, 32, 1, 1},
+             {8, 32, 32, 1, 8192, 128, 0, 32, 1, 1},    {16, 32, 8, 1, 4096, 128, 1, 16, 0, 4},
+             {17, 32, 8, 1, 8192, 128, 1, 16, 0, 4},    {46, 32, 8, 1, 4096, 128, 1, 16, 0, 2},
+             {64, 32, 8, 1, 2048, 128, 1, 16, 0, 1},
              {1, 16, 16, 40, 4096, 64, 0, 64, 0, 8}}; /* 40 rows, 4 warps: counted as 4, none added to copy */
   for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
     fcl_attention_desc desc;
@@ -247,10 +253,9 @@ static void planner_cases(void) {
     desc.batch = seq[i].b, desc.num_heads = 32, desc.num_kv_heads = 8, desc.seqlen_q = 1, desc.seqlen_k = seq[i].nk;
     desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
     fcl_problem dp;
-    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS
-            ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
-            : -1;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? 0 : -1;
     if (seq[i].per_seq) dp.seqlens_k = (cl_mem)&desc;
+    if (r == 0) r = fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t);
     const int splits = r == 0 ? fcl_plan_splits(&h200, &no_overrides, &dp, &t) : 0;
     check(r == 0 && splits == seq[i].splits,
           "planner: decode of %lld sequences of up to %lld keys, %s on 132 units: %d chunks (want %d)",
