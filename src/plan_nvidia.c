@@ -139,15 +139,15 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.tiles = 1;
     first.keys = p->d <= 128 ? 64 : 32;
     first.qsmem = 0;
-    /* A grid of one or two blocks a compute unit that spreads evenly over the units (its blocks at least
-       85% of the units times the most a unit holds) runs unsplit (fcl_plan_splits), so without the combine
-       kernel, through a ring of four 32-key buffers that keeps in flight what the split rule's second chunk
-       would, with a padding warp sharing its copies. On the H200 (docs/notes-nvidia.md, v19) that took grids
-       of 240 to 264 blocks 1.6-4.8% faster ((32,32,8,1,4096) 144.4 to 139.3 us); 136 blocks unsplit ran 47%
-       slower than in four chunks, 368 blocks 1.2% slower than in two, 512 (unsplit already) 0.6% slower. */
-    const double units = caps->compute_units, waves = units > 0 ? ceil((double)blocks / units) : 0;
+    /* A grid of 1.7 to 2 blocks a compute unit (two on most units, so they share each unit's loads in
+       flight) runs unsplit (fcl_plan_splits), so without the combine kernel, through a ring of four 32-key
+       buffers that keeps in flight what the split rule's second chunk would, with a padding warp sharing its
+       copies. On the H200 (docs/notes-nvidia.md, v19) that took grids of 240 to 264 blocks 1.6-4.8% faster
+       ((32,32,8,1,4096) 144.4 to 139.3 us); 136 blocks unsplit ran 47% slower than in four chunks (four units
+       held two), 368 blocks 1.2% slower than in two, 512 (unsplit already) 0.6% slower. */
+    const double units = caps->compute_units;
     if (first.warps == 1 && p->d <= 128 && !p->block_table && !p->cu_k && !p->seqlens_k && units > 0 &&
-        blocks >= units && blocks <= 2 * units && blocks >= 0.85 * waves * units) {
+        blocks >= 1.7 * units && blocks <= 2 * units) {
       first.warps = 2;
       copying = 1;
       first.keys = 32;

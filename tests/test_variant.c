@@ -207,12 +207,12 @@ static void planner_cases(void) {
              {2, 32, 8, 1, 4096, 128, 1, 16, 0, 16},    {1, 8, 8, 1, 4096, 128, 0, 32, 1, 32},
              {1, 32, 32, 1, 131072, 128, 0, 16, 0, 16}, {8, 32, 8, 1, 8192, 128, 1, 16, 0, 8},
              {4, 32, 8, 100, 4096, 128, 0, 64, 0, 1},   {32, 32, 8, 1, 4096, 256, 1, 16, 0, 2},
-             /* 240 and 256 blocks (two a unit or fewer, evenly): a padding warp, 32-key tiles in four buffers, no
-                split; 128, 136 (four units with two), 368 (three a unit) and 512 keep the rule's shape and count */
+             /* 240 and 256 blocks (1.7 to 2 a unit): a padding warp, 32-key tiles in four buffers, no split; 128,
+                132, 136, 368 and 512 keep the rule's shape and count */
              {32, 32, 8, 1, 4096, 128, 1, 32, 1, 1},    {30, 32, 8, 1, 4096, 128, 1, 32, 1, 1},
              {8, 32, 32, 1, 8192, 128, 0, 32, 1, 1},    {16, 32, 8, 1, 4096, 128, 1, 16, 0, 4},
              {17, 32, 8, 1, 8192, 128, 1, 16, 0, 4},    {46, 32, 8, 1, 4096, 128, 1, 16, 0, 2},
-             {64, 32, 8, 1, 2048, 128, 1, 16, 0, 1},
+             {64, 32, 8, 1, 2048, 128, 1, 16, 0, 1},    {33, 32, 4, 1, 4096, 128, 1, 16, 0, 4},
              {1, 16, 16, 40, 4096, 64, 0, 64, 0, 8}}; /* 40 rows, 4 warps: counted as 4, none added to copy */
   for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
     fcl_attention_desc desc;
