@@ -9,6 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* An OpenCL call that must succeed, or exit with its status. */
+#define CK(x)                                                            \
+  do {                                                                   \
+    cl_int e_ = (x);                                                     \
+    if (e_ != CL_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x, e_); \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
 /* A whole file as a NUL-terminated string (malloc'd), or NULL with the reason on stderr. */
 static inline char *dev_slurp(const char *path) {
   FILE *f = fopen(path, "rb");

@@ -11,15 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                            \
-  do {                                                                   \
-    cl_int e_ = (x);                                                     \
-    if (e_ != CL_SUCCESS) {                                              \
-      fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x, e_); \
-      exit(1);                                                           \
-    }                                                                    \
-  } while (0)
-
 static cl_device_id dev;
 static cl_context cctx;
 static cl_command_queue queue;
