@@ -6,6 +6,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
 #include <CL/cl.h>
+#include "flashcl.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -44,6 +45,22 @@ static inline cl_device_id dev_first_gpu(void) {
   for (cl_uint i = 0; i < np && !dev; ++i)
     if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS) dev = NULL;
   return dev;
+}
+
+/* A context and a profiling queue on dev, and a flashcl context on them without the disk cache; exits on
+   failure. */
+static inline void dev_open(cl_device_id dev, cl_context *cctx, cl_command_queue *queue, fcl_context **fctx) {
+  cl_int err;
+  *cctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  CK(err);
+  *queue = clCreateCommandQueue(*cctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  CK(err);
+  fcl_context_options o = {0};
+  o.cache_dir = "";
+  if (fcl_context_create(*cctx, dev, &o, fctx) != FCL_SUCCESS) {
+    fprintf(stderr, "flashcl context: %s\n", fcl_last_error());
+    exit(1);
+  }
 }
 
 /* qsort's comparison of doubles, for medians of timings. */

@@ -37,18 +37,7 @@ static void open_dev(void) {
     fprintf(stderr, "no H200\n");
     exit(1);
   }
-  cl_int err;
-  cctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  CK(err);
-  queue = clCreateCommandQueue(cctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
-  CK(err);
-  fcl_context_options o;
-  memset(&o, 0, sizeof o);
-  o.cache_dir = "";
-  if (fcl_context_create(cctx, dev, &o, &fctx)) {
-    fprintf(stderr, "ctx: %s\n", fcl_last_error());
-    exit(1);
-  }
+  dev_open(dev, &cctx, &queue, &fctx);
 }
 
 /* A source file of the tree, or exit. */

@@ -74,6 +74,13 @@ static cl_mem upload(const float *x, size_t n) {
   return m;
 }
 
+static cl_mem device_buffer(size_t n) {
+  cl_int err;
+  cl_mem m = clCreateBuffer(cctx, CL_MEM_READ_WRITE, n * 4, NULL, &err);
+  CK(err);
+  return m;
+}
+
 static void poison(cl_mem m, size_t n) {
   const float nan = NAN;
   CK(clEnqueueFillBuffer(queue, m, &nan, 4, 0, n * 4, 0, NULL, NULL));
@@ -168,8 +175,8 @@ static void check(void) {
       float *hq = malloc(elems * 4), *hk = malloc(elems * 4), *hv = malloc(elems * 4), *ho = malloc(elems * 4);
       float *hl = malloc((size_t)bh * n * 4);
       for (size_t i = 0; i < elems; ++i) hq[i] = 2.0f * urand(), hk[i] = 2.0f * urand(), hv[i] = urand();
-      cl_mem q = upload(hq, elems), k = upload(hk, elems), v = upload(hv, elems), o = upload(ho, elems);
-      cl_mem lse = upload(hl, (size_t)bh * n);
+      cl_mem q = upload(hq, elems), k = upload(hk, elems), v = upload(hv, elems), o = device_buffer(elems);
+      cl_mem lse = device_buffer((size_t)bh * n);
       double e[4];
       poison(o, elems), poison(lse, (size_t)bh * n);
       run_tf32(kn, s, bh, n, q, k, v, o, lse, NULL);
@@ -211,7 +218,7 @@ static void bench(void) {
       for (size_t i = 0; i < elems; ++i) hx[i] = urand();
       m[x] = upload(hx, elems);
     }
-    cl_mem q = m[0], k = m[1], v = m[2], o = m[3], lse = upload(hx, (size_t)b * h * n);
+    cl_mem q = m[0], k = m[1], v = m[2], o = m[3], lse = device_buffer((size_t)b * h * n);
     double t[2][16];
     for (int r = 0; r < warm + iters; ++r) {
       cl_event e0, e1;
@@ -239,18 +246,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "no GPU\n");
     return 1;
   }
-  cl_int err;
-  cctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  CK(err);
-  queue = clCreateCommandQueue(cctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
-  CK(err);
-  fcl_context_options opt;
-  memset(&opt, 0, sizeof opt);
-  opt.cache_dir = "";
-  if (fcl_context_create(cctx, dev, &opt, &fctx) != FCL_SUCCESS) {
-    fprintf(stderr, "context: %s\n", fcl_last_error());
-    return 1;
-  }
+  dev_open(dev, &cctx, &queue, &fctx);
   src_ptx = dev_slurp("cl/nvidia/ptx.cl");
   src_kernel = dev_slurp("bench/nv_dev/tf32_fwd.cl");
   if (!src_ptx || !src_kernel) return 1;

@@ -88,8 +88,10 @@ void tf32_fwd(__global const float *q, __global const float *k, __global const f
   /* Keys this block sees: all, or up to its last row. */
   const int kend = CAUSAL ? min(n, r0 + BR) : n;
   const int tiles = (kend + BC - 1) / BC;
-  if (tiles > 0) load_tile(Ks, kb, 0, n, lid);
-  if (tiles > 0) load_tile(Vs, vb, 0, n, lid);
+  if (tiles > 0) {
+    load_tile(Ks, kb, 0, n, lid);
+    load_tile(Vs, vb, 0, n, lid);
+  }
 
   /* This warp's Q fragments, raw floats (rows beyond n read as 0). */
   const int qr = r0 + warp * 16 + g; /* rows qr and qr + 8 */
