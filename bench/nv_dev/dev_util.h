@@ -63,6 +63,17 @@ static inline void dev_open(cl_device_id dev, cl_context *cctx, cl_command_queue
   }
 }
 
+/* The build log of p on dev, NUL-terminated (malloc'd). */
+static inline char *dev_build_log(cl_program p, cl_device_id dev) {
+  size_t n = 0;
+  clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+  char *log = malloc(n + 1);
+  if (!log) exit(1);
+  if (clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) n = 0;
+  log[n] = 0;
+  return log;
+}
+
 /* qsort's comparison of doubles, for medians of timings. */
 static inline int dev_cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;

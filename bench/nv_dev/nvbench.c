@@ -56,11 +56,7 @@ static cl_program build_raw(const char *defines, int verbose) {
   char opts[512];
   snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s %s", defines, verbose == 1 ? "-cl-nv-verbose" : "");
   err = clBuildProgram(p, 1, &dev, opts, NULL, NULL);
-  size_t n = 0;
-  clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
-  char *log = malloc(n + 1);
-  clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL);
-  log[n] = 0;
+  char *log = dev_build_log(p, dev);
   if (err != CL_SUCCESS || verbose == 1) printf("[%s] build %d:\n%s\n", defines, err, log);
   if (err == CL_SUCCESS && verbose == 2) {
     for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n"))

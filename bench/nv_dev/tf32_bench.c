@@ -40,11 +40,7 @@ static cl_kernel build(shape s, int verbose) {
   snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DDTYPE=1 -DD=%d -DNW=%d -DBC=%d -DCAUSAL=%d -DSPLIT3=%d%s", s.d, s.nw,
            s.bc, s.causal, s.split3, verbose ? " -cl-nv-verbose" : "");
   err = clBuildProgram(p, 1, &dev, opts, NULL, NULL);
-  size_t n = 0;
-  clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
-  char *log = malloc(n + 1);
-  clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL);
-  log[n] = 0;
+  char *log = dev_build_log(p, dev);
   if (err != CL_SUCCESS) {
     printf("[%s] build failed (%d):\n%s\n", opts, err, log);
     exit(1);
