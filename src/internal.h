@@ -216,7 +216,7 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
 
 /* Local memory the tensor-core forward kernel uses for plan p (tr warps, rm m16 tiles, bc, ds), with paged
    keys or without. */
-size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged);
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, int paged);
 /* The tensor-core forward's planner: its plan (splits included) when it applies to p on this device under
    flags, else -1 with out->reason saying why. kernel_wg is not used: a kernel that admits fewer work-items than
    planned is declined. */

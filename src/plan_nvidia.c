@@ -7,13 +7,13 @@
 #include <string.h>
 
 /* Local memory of the kernel: its ring of K/V tiles of bc rows (and the Q tile of br rows when qsmem), reused
-   for the O tile at the end. */
-size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int paged) {
+   for the O tile at the end; elements of elem_bytes (2, or 4 for f32). */
+size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, int paged) {
   size_t kv = (size_t)p->stages * (size_t)p->bc * (size_t)p->ds +
               (p->qsmem ? (size_t)p->br * (size_t)p->ds : 0),
          o = (size_t)p->br * (size_t)p->ds;
   /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
-  return (kv > o ? kv : o) * 2 + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
+  return (kv > o ? kv : o) * (size_t)elem_bytes + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
 }
 
 int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) {
@@ -25,14 +25,19 @@ int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) 
   return kib ? (int)((kib << 10) / (local_bytes + 1024)) : 0;
 }
 
-/* Every row of the tensor starts on a 16-byte boundary (8 elements of 2 bytes), as cp.async and the
-   vector O store need. A stride along a dimension of extent 1 is never used, so it does not count. */
-static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t extent[3]) {
-  if (offset % 8) return 0;
+/* Every row of the tensor starts on a 16-byte boundary (per16 elements: 8 of 2 bytes, 4 of 4), as cp.async
+   and the vector O store need. A stride along a dimension of extent 1 is never used, so it does not count. */
+static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t extent[3], int per16) {
+  if (offset % per16) return 0;
   for (int i = 0; i < 3; ++i)
-    if (extent[i] > 1 && stride[i] % 8) return 0;
+    if (extent[i] > 1 && stride[i] % per16) return 0;
   return 1;
 }
+#define ROWS_ALIGNED(p, per16)                                                      \
+  (rows_aligned((p)->q_stride, (p)->q_offset, (p)->q_counts, per16) &&              \
+   rows_aligned((p)->k_stride, (p)->k_offset, (p)->kv_counts, per16) &&             \
+   rows_aligned((p)->v_stride, (p)->v_offset, (p)->kv_counts, per16) &&             \
+   rows_aligned((p)->o_stride, (p)->o_offset, (p)->q_counts, per16))
 
 /* A plan's tiles fit the device: the compiler keeps 16 bytes of local memory for itself. */
 static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
@@ -68,10 +73,17 @@ static const struct {
     {256, 0, {4, 1, 32, 0, 2}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
+/* f32 (3xTF32, m16n8k8): floats take twice the local memory and their Q fragments twice the registers, so
+   one 16-row tile a warp with Q in registers; 4 warps. From the prototype's runs on the H200 (B=4, H=16,
+   N=4096; docs/notes-portable.md v10): 64-key tiles at head_dim 64 (4% faster than 32), 32-key tiles at
+   128 (4 warps 8% faster than 2). The planner declines f32 above head_dim 128. */
+static const nvidia_forward_shape forward_f32_defaults[] = {{4, 1, 64, 0, 2}, {4, 1, 32, 0, 2}};
+
 /* Then smaller shapes for devices with less local memory, in this order. */
 static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 2}, {4, 1, 16, 0, 2}, {2, 1, 16, 0, 2}};
 
 static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
+  if (p->dtype == FCL_DTYPE_F32) return &forward_f32_defaults[p->d > 64];
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
   for (size_t i = 0; i < n; ++i) {
     const int max_rows = forward_defaults[i].causal_max_rows;
@@ -97,21 +109,28 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   if (caps->vendor != FCL_VENDOR_NVIDIA) DECLINE("tensor-core kernel: not an NVIDIA platform");
   if (caps->nv_cc_major < 8)
     DECLINE("tensor-core kernel: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
-  if (p->dtype != FCL_DTYPE_F16 && p->dtype != FCL_DTYPE_BF16) DECLINE("tensor-core kernel: f16 and bf16 only");
+  const int f32 = p->dtype == FCL_DTYPE_F32, elem_bytes = f32 ? 4 : 2;
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
+  /* f32 keeps its Q fragments in registers as floats, twice those of f16: above 128 they would spill. */
+  if (f32 && p->d > 128) DECLINE("tensor-core kernel: f32 (3xTF32) takes head_dim up to 128, not %lld", (long long)p->d);
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core kernel: scale must be positive and finite");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core kernel: sequence too long");
   /* The kernel forms offsets within a tile (at most 256 rows) in 32 bits. */
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core kernel: row stride above 2^22 elements");
-  if (!rows_aligned(p->q_stride, p->q_offset, p->q_counts) || !rows_aligned(p->k_stride, p->k_offset, p->kv_counts) ||
-      !rows_aligned(p->v_stride, p->v_offset, p->kv_counts) || !rows_aligned(p->o_stride, p->o_offset, p->q_counts))
-    DECLINE("tensor-core kernel: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
+  if (!ROWS_ALIGNED(p, 16 / elem_bytes))
+    DECLINE("tensor-core kernel: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of %d)",
+            16 / elem_bytes);
 
   fcl_tile_plan t = *out;
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
-  t.dp = ((int)p->d + 15) / 16 * 16;
-  t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
+  if (f32) {
+    t.dp = (int)p->d; /* a multiple of the k step, 8 */
+    t.ds = t.dp + 4;  /* 4 words modulo 32: a warp's float reads of K and V fall in 32 banks */
+  } else {
+    t.dp = ((int)p->d + 15) / 16 * 16;
+    t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
+  }
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
@@ -137,7 +156,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
       copying = 1;
     }
     first.tiles = 1;
-    first.keys = p->d <= 128 ? 64 : 32;
+    first.keys = p->d <= (f32 ? 64 : 128) ? 64 : 32;
     first.qsmem = 0;
     /* A grid of 1.7 to 2 blocks a compute unit (two on most units, so they share each unit's loads in
        flight) runs unsplit (fcl_plan_splits), so without the combine kernel, through a ring of four 32-key
@@ -146,7 +165,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
        ((32,32,8,1,4096) 144.4 to 139.3 us); 136 blocks unsplit ran 47% slower than in four chunks (four units
        held two), 368 blocks 1.2% slower than in two, 512 (unsplit already) 0.6% slower. */
     const double units = caps->compute_units;
-    if (first.warps == 1 && p->d <= 128 && !p->block_table && !p->cu_k && !p->seqlens_k && units > 0 &&
+    if (first.warps == 1 && !f32 && p->d <= 128 && !p->block_table && !p->cu_k && !p->seqlens_k && units > 0 &&
         blocks >= 1.7 * units && blocks <= 2 * units) {
       first.warps = 2;
       copying = 1;
@@ -167,10 +186,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.wg = t.tr * 32;
     t.rm = sh->tiles;
     t.bc = sh->keys;
-    t.qsmem = sh->qsmem;
+    t.qsmem = f32 ? 0 : sh->qsmem; /* f32 keeps Q in registers */
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
-    t.local_bytes = fcl_nvidia_forward_local_bytes(&t, p->block_table != NULL);
+    t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
     took_forced = found && i == 0;
     t.copy_warps = found && i == 1 ? copying : 0;
@@ -178,9 +197,9 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);
   snprintf(t.reason, sizeof t.reason,
-           "tensor cores (mma.sync m16n8k16) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
+           "tensor cores (mma.sync %s) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
            "%d-key tiles in %d buffers, Q in %s, %zu B local%s",
-           caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
+           f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
            t.stages, t.qsmem ? "local memory" : "registers", t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
@@ -264,8 +283,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core backward: row stride above 2^22 elements");
   /* d_o, d_q, d_k, d_v share the strides and offsets of o, q, k, v. */
-  if (!rows_aligned(p->q_stride, p->q_offset, p->q_counts) || !rows_aligned(p->k_stride, p->k_offset, p->kv_counts) ||
-      !rows_aligned(p->v_stride, p->v_offset, p->kv_counts) || !rows_aligned(p->o_stride, p->o_offset, p->q_counts))
+  if (!ROWS_ALIGNED(p, 8))
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
 
   const nvidia_backward_default *first = backward_default(p);

@@ -3,11 +3,12 @@
  * 0. The variant table (src/variants.c): each operation's entries end with its one portable variant, every
  *    file is an embedded source, and every planner's plans name their own entry.
  * 1. The pure planner over made-up devices: the tensor-core plan applies only to NVIDIA platforms of
- *    compute capability 8.0 and up, f16/bf16, head_dim a multiple of 8 up to 256, 16-byte aligned rows,
- *    scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
- * 2. On the test device: fcl_describe_plan reports "nvidia_mma" for f16/bf16 at head_dim 64 and 128 exactly
- *    when the device is NVIDIA with compute capability >= 8.0 (never on other platforms, e.g. PoCL), and
- *    "portable" for f32, unaligned rows, odd head dims, FCL_FLAG_PORTABLE_ONLY and FLASHCL_PORTABLE_ONLY=1.
+ *    compute capability 8.0 and up, head_dim a multiple of 8 up to 256 (f16/bf16) or 128 (f32, 3xTF32),
+ *    16-byte aligned rows, scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
+ * 2. On the test device: fcl_describe_plan reports "nvidia_mma" for f16/bf16/f32 at head_dim 64 and 128
+ *    exactly when the device is NVIDIA with compute capability >= 8.0 (never on other platforms, e.g. PoCL),
+ *    and "portable" for unaligned rows, odd head dims, f32 above 128, FCL_FLAG_PORTABLE_ONLY and
+ *    FLASHCL_PORTABLE_ONLY=1.
  *    The backward likewise (fcl_plan_nvidia_backward over made-up devices: f16/bf16 up to head_dim 128; and
  *    fcl_describe_plan(FCL_OP_BACKWARD) on the test device).
  * 3. The same cases run through each context against the float64 reference (bounds of forward_check.h), so
@@ -83,14 +84,18 @@ static void planner_cases(void) {
   nv.max_work_group_size = nv.max_work_item_size0 = 1024;
   nv.is_gpu = 1;
   fcl_tile_plan t;
+  /* f16 and bf16 up to head_dim 256, f32 (3xTF32: k steps of 8, float tiles, Q in registers) up to 128. */
   for (int d = 8; d <= 256; d += 8)
-    for (int dt = 1; dt <= 2; ++dt) {
+    for (int dt = 0; dt <= 2; ++dt) {
+      if (dt == FCL_DTYPE_F32 && d > 128) continue;
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
+      const int step = dt == FCL_DTYPE_F32 ? 8 : 16, per16 = dt == FCL_DTYPE_F32 ? 4 : 8;
       const int ok = fcl_plan_nvidia_forward(&nv, &no_overrides, &p, 0, NULL, &t) == 0 &&
-                     t.variant == FCL_VARIANT_NVIDIA_FORWARD && t.dp >= d && t.dp % 16 == 0 && t.ds % 8 == 0 &&
-                     t.bc % 16 == 0 &&
+                     t.variant == FCL_VARIANT_NVIDIA_FORWARD && t.dp >= d && t.dp % step == 0 && t.ds % per16 == 0 &&
+                     t.bc % 16 == 0 && (dt != FCL_DTYPE_F32 || !t.qsmem) &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
-                     t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 0) && t.local_bytes <= nv.local_mem_size;
+                     t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 16 / per16, 0) &&
+                     t.local_bytes <= nv.local_mem_size;
       if (!ok || d == 64 || d == 128 || d == 256)
         check(ok, "planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, %d rows x %d keys, %zu B", dtype_name((fcl_dtype)dt),
               d, t.br, t.bc, t.local_bytes);
@@ -107,7 +112,8 @@ static void planner_cases(void) {
       {"AMD platform", FCL_VENDOR_AMD, 0, 0, 64, 0, FCL_DTYPE_F16, 0},
       {"other platform (PoCL)", FCL_VENDOR_OTHER, 0, 0, 128, 0, FCL_DTYPE_BF16, 0},
       {"FCL_FLAG_PORTABLE_ONLY", FCL_VENDOR_NVIDIA, 9, FCL_FLAG_PORTABLE_ONLY, 64, 0, FCL_DTYPE_F16, 0},
-      {"f32", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F32, 0},
+      {"f32 head_dim 144", FCL_VENDOR_NVIDIA, 9, 0, 144, 0, FCL_DTYPE_F32, 0},
+      {"f32 offset 2 elements", FCL_VENDOR_NVIDIA, 9, 0, 64, 2, FCL_DTYPE_F32, 0},
       {"head_dim 65", FCL_VENDOR_NVIDIA, 9, 0, 65, 0, FCL_DTYPE_F16, 0},
       {"head_dim 136 -> 264", FCL_VENDOR_NVIDIA, 9, 0, 136, 0, FCL_DTYPE_F16, 0},
       {"offset 4 elements", FCL_VENDOR_NVIDIA, 9, 0, 64, 4, FCL_DTYPE_BF16, 0},
@@ -447,7 +453,7 @@ static void expect_backward(fcl_context *ctx, const char *ctx_name, int64_t d, f
   const int ok = describe_op(ctx, FCL_OP_BACKWARD, d, dtype, offset, &info);
   const char *want = want_mma ? "nvidia_mma" : "portable";
   check(ok && strcmp(info.kernel, want) == 0, "%s: backward %s head_dim %lld%s runs %s (reported %s: %s)", ctx_name,
-        dtype_name(dtype), (long long)d, offset ? ", rows unaligned" : "", want, info.kernel, info.reason);
+        dtype_name(dtype), (long long)d, offset ? ", rows offset" : "", want, info.kernel, info.reason);
 }
 
 static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype dtype, int64_t offset, int want_mma) {
@@ -455,7 +461,7 @@ static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype 
   const int ok = describe(ctx, d, dtype, offset, &info);
   const char *want = want_mma ? "nvidia_mma" : "portable";
   check(ok && strcmp(info.kernel, want) == 0, "%s: %s head_dim %lld%s runs %s (reported %s: %s)", ctx_name,
-        dtype_name(dtype), (long long)d, offset ? ", rows unaligned" : "", want, info.kernel, info.reason);
+        dtype_name(dtype), (long long)d, offset ? ", rows offset" : "", want, info.kernel, info.reason);
 }
 
 int main(void) {
@@ -490,7 +496,12 @@ int main(void) {
   expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
   expect_backward(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
   expect_backward(env.fcl, "default", 256, FCL_DTYPE_F16, 0, 0);
-  expect(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
+  /* f32 as 3xTF32 up to head_dim 128, with rows on 16 bytes (4 floats). */
+  expect(env.fcl, "default", 64, FCL_DTYPE_F32, 0, mma);
+  expect(env.fcl, "default", 128, FCL_DTYPE_F32, 0, mma);
+  expect(env.fcl, "default", 64, FCL_DTYPE_F32, 4, mma);
+  expect(env.fcl, "default", 64, FCL_DTYPE_F32, 2, 0);
+  expect(env.fcl, "default", 256, FCL_DTYPE_F32, 0, 0);
   expect(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
   expect(env.fcl, "default", 63, FCL_DTYPE_F16, 0, 0);
 

@@ -78,8 +78,8 @@ inline void load_tile(__local float *dst, __global const float *src, int k0, int
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void tf32_fwd(__global const float *q, __global const float *k, __global const float *v, __global float *o,
               __global float *lse, int n, float scale) {
-  __local float Ks[BC * DS];
-  __local float Vs[BC * DS];
+  __local float4 smem[2 * BC * DS / 4]; /* float4: 16-byte aligned for cp.async */
+  __local float *Ks = (__local float *)smem, *Vs = Ks + BC * DS;
   const int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
   const int r0 = get_group_id(0) * BR, bh = get_group_id(1);
   const long base = (long)bh * n * D;

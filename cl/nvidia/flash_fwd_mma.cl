@@ -1,5 +1,7 @@
 /* Tensor-core FlashAttention-2 forward for NVIDIA GPUs of compute capability 8.0 and up, through inline
- * PTX: mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async.
+ * PTX: mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async. f32 (DTYPE 0)
+ * takes mma.sync m16n8k8 with each float split into two TF32 parts and three products a product (3xTF32,
+ * ptx.cl), reading its float fragments from local memory without ldmatrix; see "f32" below.
  *
  * A work-group of NW warps owns BR = NW * MT * 16 query rows of one (batch, head); each warp owns MT
  * tiles of 16 rows and keeps its O accumulator in registers; its Q fragments live in registers
@@ -41,15 +43,34 @@
  * Accumulator fragment of one m16n8 tile, lane = 4 g + t: c0 c1 at row g, columns 2t and 2t+1; c2 c3 at
  * row g + 8. So each lane holds two rows of S (hr = 0: row g, hr = 1: row g + 8), and the four lanes of a
  * quad together hold a row: row maxima and sums reduce over the quad with shfl.bfly 1 and 2.
+ *
+ * f32 (DTYPE 0): tiles hold floats, rows DS = DP + 4 floats apart (4 modulo 32 words when DP is a multiple
+ * of 32), so that a warp's float reads of K (row g, word t) and of V (row 2t, word g) fall in 32 banks. Q
+ * stays in registers as floats (QSMEM 0) and is split once a key tile. In P V the keys of an 8-key step are
+ * taken in the order 0 2 4 6 1 3 5 7 (k = t is key 2t, k = t + 4 is key 2t + 1), so the S accumulator of
+ * n8 tile i is, as it stands, the A operand of step i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), and V's b0, b1
+ * come from key rows 2t and 2t + 1. Each n8 tile of O sums a key tile's products in fresh accumulators and
+ * then adds them to O in float arithmetic: the tensor cores' own additions are not rounded to nearest, and
+ * chained across thousands of keys their error grew with the sequence (measured on the H200,
+ * docs/notes-portable.md v10).
  */
 
 #define WG (NW * 32)
 #define BR (NW * MT * 16)
-#define KT (DP / 16) /* k steps of Q K^T over the head dimension */
-#define NT (BC / 8)  /* n8 tiles of S */
-#define PT (BC / 16) /* k steps of P V over the keys */
-#define OT (DP / 8)  /* n8 tiles of O */
-#define CH (DP / 8)  /* 16-byte chunks in a row of a tile */
+#if DTYPE == 0
+typedef float elem_t; /* an element of a local tile */
+#define EPC 4         /* elements in 16 bytes */
+#define KSTEP 8       /* head_dim columns a k step of Q K^T */
+#else
+typedef ushort elem_t;
+#define EPC 8
+#define KSTEP 16
+#endif
+#define KT (DP / KSTEP) /* k steps of Q K^T over the head dimension */
+#define NT (BC / 8)     /* n8 tiles of S */
+#define PT (BC / 16)    /* k steps of P V over the keys (f16, bf16) */
+#define OT (DP / 8)     /* n8 tiles of O */
+#define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
 #ifndef QSMEM
 #define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
@@ -78,14 +99,19 @@
 #define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
 #define KVQ (STAGES * TILE + QSMEM * BR * DS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
-#if DP % 16 != 0 || BC % 16 != 0 || D > DP || DS % 8 != 0
+#if DP % KSTEP != 0 || BC % 16 != 0 || D > DP || DS % EPC != 0
 #error "flash_fwd_mma: inconsistent tile defines"
+#endif
+#if DTYPE == 0 && QSMEM
+#error "flash_fwd_mma: f32 keeps Q in registers"
 #endif
 
 /* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. With
    paged keys (KV 2) src is the (pool, kv head) base and rows the tile's rows' element offsets from it, -1 for
    a row of a block outside the pool, which is filled with NaN. */
-#if DTYPE == 1
+#if DTYPE == 0
+#define NAN2 0x7fc00000u /* a float NaN */
+#elif DTYPE == 1
 #define NAN2 0x7e007e00u /* two f16 NaNs */
 #else
 #define NAN2 0x7fc07fc0u /* two bf16 NaNs */
@@ -101,7 +127,7 @@
    spilled 292 B (v11). Groups of eight, or four where a warp holds two row tiles: their accumulators leave
    fewer registers (at head_dim 128 with eight the 2 x 2 x 32 shape spilled 108 B, 12 B before; v15). */
 #define PG (MT == 1 && NCOPY % 8 == 0 ? 8 : NCOPY % 4 == 0 ? 4 : NCOPY % 2 == 0 ? 2 : 1)
-inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
+inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
   (void)sn;
   int bad = 0;
@@ -115,9 +141,9 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
       const int c = lid + (i0 + u) * WG;
       if ((BC * CH) % WG == 0 || c < BC * CH) {
         const int r = c / CH, cc = c % CH;
-        const bool ok = k0 + r < nk && cc * 8 < D, in = ok && off[u] >= 0;
+        const bool ok = k0 + r < nk && cc * EPC < D, in = ok && off[u] >= 0;
         bad |= ok && off[u] < 0;
-        CP_ASYNC16(dst + r * DS + cc * 8, in ? src + (off[u] + cc * 8) : src, in ? 16 : 0);
+        CP_ASYNC16(dst + r * DS + cc * EPC, in ? src + (off[u] + cc * EPC) : src, in ? 16 : 0);
       }
     }
   }
@@ -127,13 +153,13 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
                             keys keep STAGES 2) */
     for (int i = 0; i < NCOPY; ++i) {
       const int c = lid + i * WG, r = c / CH, cc = c % CH;
-      if (c < BC * CH && k0 + r < nk && cc * 8 < D && rows[r] < 0)
-        *(__local uint4 *)(dst + r * DS + cc * 8) = (uint4)(NAN2, NAN2, NAN2, NAN2);
+      if (c < BC * CH && k0 + r < nk && cc * EPC < D && rows[r] < 0)
+        *(__local uint4 *)(dst + r * DS + cc * EPC) = (uint4)(NAN2, NAN2, NAN2, NAN2);
     }
   }
 }
 #else
-inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long sn, __local const long *rows,
+inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
   (void)rows;
 #pragma unroll
@@ -141,11 +167,11 @@ inline void fcl_load_tile(__local ushort *dst, __global const store_t *src, long
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
-      const bool ok = k0 + r < nk && cc * 8 < D;
+      const bool ok = k0 + r < nk && cc * EPC < D;
       /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
          per-chunk offsets that the compiler hoists out of the key loop at one register each. */
-      __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * 8) : src;
-      CP_ASYNC16(dst + r * DS + cc * 8, s, ok ? 16 : 0);
+      __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * EPC) : src;
+      CP_ASYNC16(dst + r * DS + cc * EPC, s, ok ? 16 : 0);
     }
   }
   CP_ASYNC_COMMIT();
@@ -161,8 +187,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                    long o_off, long o_sb, long o_sh, long o_sn,
                    int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS,
                    FCL_SPLIT_ARGS) {
-  __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
-  __local ushort *Ks = (__local ushort *)smem; /* the ring's first buffer */
+  __local uint4 smem[SMEM / EPC]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the O write */
+  __local elem_t *Ks = (__local elem_t *)smem; /* the ring's first buffer */
   /* Paged keys (KV 2): each tile's rows' element offsets in K and in V, resolved once by the work-items of the
      rows into one of two slots (tile j's in slot j & 1): tiles 0 and 1 before the key loop, tile j + 2 at the
      end of iteration j, where the S and P registers are free (a table read there kept in registers across
@@ -262,14 +288,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   const int wrow = warp * MT * 16;
 #if QSMEM
   /* Q tile into local memory with K(0) (one commit group); zero beyond nq and D. */
-  __local ushort *Qs = Ks + QOFF;
+  __local elem_t *Qs = Ks + QOFF;
 #pragma unroll
   for (int i = 0; i < (BR * CH + WG - 1) / WG; ++i) {
     const int c = lid + i * WG;
     if ((BR * CH) % WG == 0 || c < BR * CH) {
       const int r = c / CH, cc = c % CH;
-      const bool ok = q0 + r < nrows && cc * 8 < D;
-      CP_ASYNC16(Qs + r * DS + cc * 8, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * 8 : q, ok ? 16 : 0);
+      const bool ok = q0 + r < nrows && cc * EPC < D;
+      CP_ASYNC16(Qs + r * DS + cc * EPC, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * EPC : q, ok ? 16 : 0);
     }
   }
   /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
@@ -277,6 +303,24 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+#elif DTYPE == 0
+#pragma unroll
+  for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
+  /* Q fragments as floats (m16k8 A: a0 row g, column t; a1 row g+8; a2, a3 the same rows, column t+4). */
+  float qa[MT][KT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
+    __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = kk * 8 + t, c1 = c0 + 4;
+      qa[mt][kk][0] = r0 < nrows && c0 < D ? p0[c0] : 0.0f;
+      qa[mt][kk][1] = r1 < nrows && c0 < D ? p1[c0] : 0.0f;
+      qa[mt][kk][2] = r0 < nrows && c1 < D ? p0[c1] : 0.0f;
+      qa[mt][kk][3] = r1 < nrows && c1 < D ? p1[c1] : 0.0f;
+    }
+  }
 #else
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
@@ -330,8 +374,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* Per-lane ldmatrix row addresses. K (B of Q K^T, no transpose): matrices (keys 0-7, d 0-7),
      (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) give b0b1, b2b3 of two n8 tiles.
      V (B of P V, transposed): (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15). */
+#if DTYPE != 0
   const uint k_lane = SMEM_ADDR(Ks + ((lane & 7) + (lane >> 4) * 8) * DS + ((lane >> 3) & 1) * 8);
   const uint v_lane = SMEM_ADDR(Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+#endif
 
   for (int j = 0; j < ntiles; ++j) {
     const int k0 = kv_begin + j * BC;
@@ -341,8 +387,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     RING_WAIT(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1), whose buffer is reused */
     RING_LOAD(2 * j + STAGES - 1);
+#if DTYPE != 0
     const uint k_addr = k_lane + (uint)((2 * j) % STAGES * TILE * 2);
     const uint v_addr = v_lane + (uint)((2 * j + 1) % STAGES * TILE * 2);
+#endif
 
     float s[MT][NT][4];
 #pragma unroll
@@ -351,6 +399,26 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][i][e] = 0.0f;
+#if DTYPE == 0
+    /* S = Q K^T in 3xTF32: lane (g, t) reads K rows 8 i + g at columns t and t + 4 of each k step. */
+    __local const float *kt_ = Ks + (2 * j) % STAGES * TILE + g * DS + t;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      uint ab[MT][4], as[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) TF32_SPLIT(ab[mt][e], as[mt][e], qa[mt][kk][e]);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        uint bb0, bs0, bb1, bs1;
+        TF32_SPLIT(bb0, bs0, kt_[i * 8 * DS + kk * 8]);
+        TF32_SPLIT(bb1, bs1, kt_[i * 8 * DS + kk * 8 + 4]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) MMA3(s[mt][i], ab[mt], as[mt], bb0, bb1, bs0, bs1);
+      }
+    }
+#else
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
 #if QSMEM
@@ -373,6 +441,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
       }
     }
+#endif
 
     /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
        never written); with modifiers, every score goes through the mask layer in log2 units. */
@@ -436,6 +505,19 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
     }
 
+#if DTYPE == 0
+    /* P in the A layout of P V's 8-key steps (keys in the order 0 2 4 6 1 3 5 7), split into TF32 parts. */
+    uint pb[MT][NT][4], ps[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        TF32_SPLIT(pb[mt][i][0], ps[mt][i][0], s[mt][i][0]); /* row g, key 2t */
+        TF32_SPLIT(pb[mt][i][1], ps[mt][i][1], s[mt][i][2]); /* row g + 8, key 2t */
+        TF32_SPLIT(pb[mt][i][2], ps[mt][i][2], s[mt][i][1]); /* row g, key 2t + 1 */
+        TF32_SPLIT(pb[mt][i][3], ps[mt][i][3], s[mt][i][3]); /* row g + 8, key 2t + 1 */
+      }
+#else
     /* P in the A layout of P V: the accumulators of n8 tiles 2kt and 2kt+1 are the m16k16 fragment kt. */
     uint pa[MT][PT][4];
 #pragma unroll
@@ -447,11 +529,35 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         pa[mt][kt][2] = fcl_pack2(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
         pa[mt][kt][3] = fcl_pack2(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
       }
+#endif
 
     RING_WAIT(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j), whose buffer is reused */
     RING_LOAD(2 * j + STAGES);
 
+#if DTYPE == 0
+    /* O += P V: each n8 tile of O over the key tile in fresh accumulators, then added in float. Lane (g, t)
+       reads V rows 8 ks + 2t and + 1 at column 8 i + g. */
+    __local const float *vt_ = Ks + (2 * j + 1) % STAGES * TILE + 2 * t * DS + g;
+#pragma unroll
+    for (int i = 0; i < OT; ++i) {
+      float c[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < NT; ++ks) {
+        uint bb0, bs0, bb1, bs1;
+        TF32_SPLIT(bb0, bs0, vt_[ks * 8 * DS + i * 8]);
+        TF32_SPLIT(bb1, bs1, vt_[ks * 8 * DS + DS + i * 8]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) MMA3(c[mt], pb[mt][ks], ps[mt][ks], bb0, bb1, bs0, bs1);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][i][e] += c[mt][e];
+    }
+#else
 #pragma unroll
     for (int kt = 0; kt < PT; ++kt) {
 #pragma unroll
@@ -465,6 +571,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
       }
     }
+#endif
 #if KV == 2
     if (j + 2 < ntiles) PAGE_STORE(j + 2, k0 + 2 * BC);
 #endif
@@ -555,7 +662,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
   CP_ASYNC_WAIT_ALL(); /* the Q copy of a block without key tiles may still be in flight */
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles */
-  __local ushort *Os = Ks;
+  __local elem_t *Os = Ks;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -576,8 +683,12 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       const float inv = seq.bad ? NAN : l[mt][hr] == 0.0f ? 0.0f : c / l[mt][hr];
 #pragma unroll
       for (int i = 0; i < OT; ++i)
+#if DTYPE == 0
+        *(__local float2 *)(Os + rl * DS + i * 8 + 2 * t) = (float2)(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
+#else
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
             fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
+#endif
       const int row = q0 + rl;
       const long lse_row = fcl_lse_base(&seq, b, ROW_HEAD(row), num_heads, nq_max, total_q);
       if (lse && t == 0 && row < nrows)
@@ -589,7 +700,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     const int c = lid + i * WG;
     const int r = c / CH, cc = c % CH;
     const int row = q0 + r;
-    if (c < BR * CH && row < nrows && cc * 8 < D)
-      *(__global uint4 *)(o + ROW_OFF(row, o_sh, o_sn) + cc * 8) = *(__local const uint4 *)(Os + r * DS + cc * 8);
+    if (c < BR * CH && row < nrows && cc * EPC < D)
+      *(__global uint4 *)(o + ROW_OFF(row, o_sh, o_sn) + cc * EPC) = *(__local const uint4 *)(Os + r * DS + cc * EPC);
   }
 }

@@ -1,15 +1,16 @@
 /* PTX building blocks of the NVIDIA tensor-core kernels (flash_fwd_mma.cl, flash_bwd_mma.cl; the host
  * builds each after common.cl and this file): the mma.sync m16n8k16 product with f16 or bf16 operands and
- * float accumulators (DTYPE 1 or 2), ldmatrix, cp.async, the conversion of float pairs to the storage type,
- * and the warp vote and quad shuffles the online softmax and the non-finite checks use. */
+ * float accumulators (DTYPE 1 or 2), the m16n8k8 product of float operands split into TF32 parts (DTYPE 0),
+ * ldmatrix, cp.async, the conversion of float pairs to the storage type, and the warp vote and quad shuffles
+ * the online softmax and the non-finite checks use. */
 #if DTYPE == 1
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define CVT_OP "cvt.rn.f16x2.f32"
 #elif DTYPE == 2
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #define CVT_OP "cvt.rn.bf16x2.f32"
-#else
-#error "the tensor-core kernels take DTYPE 1 (f16) or 2 (bf16)"
+#elif DTYPE != 0 /* f32 takes the TF32 products below */
+#error "the tensor-core kernels take DTYPE 0 (f32, TF32 products), 1 (f16) or 2 (bf16)"
 #endif
 
 /* The 32-bit shared-window address of a local pointer, as ldmatrix and cp.async take it. */
@@ -55,12 +56,44 @@
                : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
                : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
 
+#if DTYPE != 0
 /* Two floats rounded to the storage type and packed, lo in the low half. */
 inline uint fcl_pack2(float lo, float hi) {
   uint r;
   asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+#endif
+
+/* Float products on tensor cores (3xTF32): each operand x is split into big = tf32(x) (11 significant bits)
+   and small = tf32(x - big), and a b is taken as big_a big_b + big_a small_b + small_a big_b, three TF32
+   products with float accumulators; the dropped small_a small_b is 2^-22 of a b, near float's own rounding
+   (one TF32 product alone is 2^-11: 1000 times float's error). */
+inline uint fcl_tf32(float x) {
+  uint r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+#define TF32_SPLIT(big, small, x)                 \
+  do {                                            \
+    const float x_ = (x);                         \
+    (big) = fcl_tf32(x_);                         \
+    (small) = fcl_tf32(x_ - as_float(big));       \
+  } while (0)
+/* c (float[4]) += A (m16k8, a0 row g col t, a1 row g+8 col t, a2 row g col t+4, a3 row g+8 col t+4) * B
+   (k8n8, b0 row t col g, b1 row t+4 col g), TF32 operands. */
+#define MMA_TF32(c, a0, a1, a2, a3, b0, b1)                                                        \
+  MMA_ASM("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "     \
+          "{%8,%9}, {%0,%1,%2,%3};\n"                                                              \
+          : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                                  \
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+/* c += a b in 3xTF32, the small products first; ab, as: A's big and small parts (uint[4]); bb*, bs*: B's. */
+#define MMA3(c, ab, as, bb0, bb1, bs0, bs1)                                    \
+  do {                                                                         \
+    MMA_TF32(c, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bs0, bs1);                 \
+    MMA_TF32(c, (as)[0], (as)[1], (as)[2], (as)[3], bb0, bb1);                 \
+    MMA_TF32(c, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bb0, bb1);                 \
+  } while (0)
 
 /* 1 when p is non-zero in any lane of the warp. */
 inline int fcl_warp_any(int p) {
