@@ -187,7 +187,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.wg = t.tr * 32;
     t.rm = sh->tiles;
     t.bc = sh->keys;
-    t.qsmem = f32 ? 0 : sh->qsmem; /* f32 keeps Q in registers */
+    t.qsmem = sh->qsmem;
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);

@@ -92,7 +92,7 @@ static void planner_cases(void) {
       const int step = dt == FCL_DTYPE_F32 ? 8 : 16, per16 = dt == FCL_DTYPE_F32 ? 4 : 8;
       const int ok = fcl_plan_nvidia_forward(&nv, &no_overrides, &p, 0, NULL, &t) == 0 &&
                      t.variant == FCL_VARIANT_NVIDIA_FORWARD && t.dp >= d && t.dp % step == 0 && t.ds % per16 == 0 &&
-                     t.bc % 16 == 0 && (dt != FCL_DTYPE_F32 || !t.qsmem) &&
+                     t.bc % 16 == 0 &&
                      t.br == t.tr * t.rm * 16 && t.wg == t.tr * 32 &&
                      t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 16 / per16, 0) &&
                      t.local_bytes <= nv.local_mem_size;

@@ -8,7 +8,7 @@
 # The step `splits` times the six decode rows at forced split counts instead (FLASHCL_FORWARD_SPLITS; SPLITS
 # lists them, "default" the planner's).
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
-#   [backward] [portable] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
+#   [f32] [backward] [portable] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
@@ -64,6 +64,19 @@ for step in "$@"; do
           done
         done
       done ;;
+    f32)
+      # The f32 tensor-core forward (3xTF32): F32_SHAPES_64 and F32_SHAPES_128 (Q in local memory frees the 64
+      # registers of its fragments at head_dim 128; docs/notes-portable.md v10).
+      for d in 64 128; do
+        if [ $d = 64 ]; then shapes=${F32_SHAPES_64:-"default 4,1,32,1,2 4,1,64,0,2 8,1,16,0,2"}
+        else shapes=${F32_SHAPES_128:-"default 2,1,16,1,2 2,1,16,1,3 3,1,16,1,2 1,1,32,1,2 1,1,16,1,4"}; fi
+        for causal in "" --causal; do
+          for sh in $shapes; do
+            echo "forward f32 d=$d N=4096 ${causal:-not-causal} $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" ms --batch 4 \
+              --heads 16 --dtype f32 --head-dim $d --seqlen 4096 $causal --impl flash --iters 10 --warmup 2)"
+          done
+        done
+      done ;;
     backward)
       for row in "128 4096" "64 4096"; do
         set -- $row
@@ -107,6 +120,6 @@ for step in "$@"; do
             --warmup 3)"
         done
       done ;;
-    *) echo "unknown step $step (forward, backward, portable, decode, splits)"; exit 2 ;;
+    *) echo "unknown step $step (forward, f32, backward, portable, decode, splits)"; exit 2 ;;
   esac
 done 2>&1 | tee "$out/shapes.log"

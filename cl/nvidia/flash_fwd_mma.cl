@@ -45,14 +45,14 @@
  * quad together hold a row: row maxima and sums reduce over the quad with shfl.bfly 1 and 2.
  *
  * f32 (DTYPE 0): tiles hold floats, rows DS = DP + 4 floats apart (4 modulo 32 words when DP is a multiple
- * of 32), so that a warp's float reads of K (row g, word t) and of V (row 2t, word g) fall in 32 banks. Q
- * stays in registers as floats (QSMEM 0) and is split once a key tile. In P V the keys of an 8-key step are
- * taken in the order 0 2 4 6 1 3 5 7 (k = t is key 2t, k = t + 4 is key 2t + 1), so the S accumulator of
- * n8 tile i is, as it stands, the A operand of step i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), and V's b0, b1
- * come from key rows 2t and 2t + 1. Each n8 tile of O sums a key tile's products in fresh accumulators and
- * then adds them to O in float arithmetic: the tensor cores' own additions are not rounded to nearest, and
- * chained across thousands of keys their error grew with the sequence (measured on the H200,
- * docs/notes-portable.md v10).
+ * of 32), so that a warp's float reads of Q and K (row g, word t) and of V (row 2t, word g) fall in 32 banks.
+ * Q's fragments are floats, in registers (QSMEM 0) or read from the local Q tile at each k step (QSMEM 1),
+ * split once a key tile. In P V the keys of an 8-key step are taken in the order 0 2 4 6 1 3 5 7 (k = t is
+ * key 2t, k = t + 4 is key 2t + 1), so the S accumulator of n8 tile i is, as it stands, the A operand of
+ * step i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), and V's b0, b1 come from key rows 2t and 2t + 1. Each n8 tile
+ * of O sums a key tile's products in fresh accumulators and then adds them to O in float arithmetic: the
+ * tensor cores' own additions are not rounded to nearest, and chained across thousands of keys their error
+ * grew with the sequence (measured on the H200, docs/notes-portable.md v10).
  */
 
 #define WG (NW * 32)
@@ -101,9 +101,6 @@ typedef ushort elem_t;
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
 #if DP % KSTEP != 0 || BC % 16 != 0 || D > DP || DS % EPC != 0
 #error "flash_fwd_mma: inconsistent tile defines"
-#endif
-#if DTYPE == 0 && QSMEM
-#error "flash_fwd_mma: f32 keeps Q in registers"
 #endif
 
 /* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS], zero beyond nk and D; one commit group. With
@@ -301,8 +298,13 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
+#if DTYPE == 0
+  /* f32: lane (g, t) reads its A fragment's floats at rows g, g + 8 and columns t, t + 4 of each k step. */
+  __local const float *q_lane = Qs + (wrow + g) * DS + t;
+#else
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+#endif
 #elif DTYPE == 0
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
@@ -406,9 +408,16 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     for (int kk = 0; kk < KT; ++kk) {
       uint ab[MT][4], as[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
+#if QSMEM
+        __local const float *qr_ = q_lane + mt * 16 * DS + kk * 8;
+        const float qf[4] = {qr_[0], qr_[8 * DS], qr_[4], qr_[8 * DS + 4]};
+#else
+        const float *qf = qa[mt][kk];
+#endif
 #pragma unroll
-        for (int e = 0; e < 4; ++e) TF32_SPLIT(ab[mt][e], as[mt][e], qa[mt][kk][e]);
+        for (int e = 0; e < 4; ++e) TF32_SPLIT(ab[mt][e], as[mt][e], qf[e]);
+      }
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
         uint bb0, bs0, bb1, bs1;
