@@ -58,13 +58,19 @@
 #define WG (NW * 32)
 #define BR (NW * MT * 16)
 #if DTYPE == 0
-typedef float elem_t; /* an element of a local tile */
-#define EPC 4         /* elements in 16 bytes */
-#define KSTEP 8       /* head_dim columns a k step of Q K^T */
+typedef float elem_t;  /* an element of a local tile */
+#define EPC 4          /* elements in 16 bytes */
+#define KSTEP 8        /* head_dim columns a k step of Q K^T */
+typedef float qfrag_t; /* a register of Q's A fragment: the float at column t of a k step */
+#define QFRAG_COL(kk) ((kk) * 8 + t)
+#define QFRAG_LOAD(p) (*(p))
 #else
 typedef ushort elem_t;
 #define EPC 8
 #define KSTEP 16
+typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every row starts on 16 bytes) */
+#define QFRAG_COL(kk) ((kk) * 16 + 2 * t)
+#define QFRAG_LOAD(p) (*(__global const uint *)(p))
 #endif
 #define KT (DP / KSTEP) /* k steps of Q K^T over the head dimension */
 #define NT (BC / 8)     /* n8 tiles of S */
@@ -305,41 +311,23 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
   const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
 #endif
-#elif DTYPE == 0
-#pragma unroll
-  for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
-  /* Q fragments as floats (m16k8 A: a0 row g, column t; a1 row g+8; a2, a3 the same rows, column t+4). */
-  float qa[MT][KT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
-    __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = kk * 8 + t, c1 = c0 + 4;
-      qa[mt][kk][0] = r0 < nrows && c0 < D ? p0[c0] : 0.0f;
-      qa[mt][kk][1] = r1 < nrows && c0 < D ? p1[c0] : 0.0f;
-      qa[mt][kk][2] = r0 < nrows && c1 < D ? p0[c1] : 0.0f;
-      qa[mt][kk][3] = r1 < nrows && c1 < D ? p1[c1] : 0.0f;
-    }
-  }
 #else
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
-  /* Q fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
-     eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. */
-  uint qa[MT][KT][4];
+  /* Q fragments in registers (A of Q K^T; f16/bf16 m16k16, f32 m16k8): a0 at row g, a1 at row g + 8, a2 and a3
+     the same rows half a k step on (qfrag_t's columns). */
+  qfrag_t qa[MT][KT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
     __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
-      qa[mt][kk][0] = r0 < nrows && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
-      qa[mt][kk][1] = r1 < nrows && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
-      qa[mt][kk][2] = r0 < nrows && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
-      qa[mt][kk][3] = r1 < nrows && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
+      const int c0 = QFRAG_COL(kk), c1 = c0 + KSTEP / 2;
+      qa[mt][kk][0] = r0 < nrows && c0 < D ? QFRAG_LOAD(p0 + c0) : 0;
+      qa[mt][kk][1] = r1 < nrows && c0 < D ? QFRAG_LOAD(p1 + c0) : 0;
+      qa[mt][kk][2] = r0 < nrows && c1 < D ? QFRAG_LOAD(p0 + c1) : 0;
+      qa[mt][kk][3] = r1 < nrows && c1 < D ? QFRAG_LOAD(p1 + c1) : 0;
     }
   }
 #endif

@@ -63,8 +63,7 @@ inline uint fcl_pack2(float lo, float hi) {
   asm(CVT_OP " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-#endif
-
+#else
 /* Float products on tensor cores (3xTF32): each operand x is split into big = tf32(x) (11 significant bits)
    and small = tf32(x - big), and a b is taken as big_a big_b + big_a small_b + small_a big_b, three TF32
    products with float accumulators; the dropped small_a small_b is 2^-22 of a b, near float's own rounding
@@ -94,6 +93,7 @@ inline uint fcl_tf32(float x) {
     MMA_TF32(c, (as)[0], (as)[1], (as)[2], (as)[3], bb0, bb1);                 \
     MMA_TF32(c, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bb0, bb1);                 \
   } while (0)
+#endif
 
 /* 1 when p is non-zero in any lane of the warp. */
 inline int fcl_warp_any(int p) {
