@@ -244,6 +244,30 @@ static void planner_cases(void) {
           t.reason);
   }
 
+  /* f32 decode (3xTF32): the same packing and warps, 64-key tiles up to head_dim 64 and 32-key tiles above (a
+     float tile is twice an f16 one), and never the four-buffer ring of the 1.7-2 blocks a unit rule, which was
+     measured in f16 only. */
+  static const struct {
+    int64_t b, h, hkv, d;
+    int br, bc;
+  } dec32[] = {{1, 32, 8, 128, 32, 32}, {1, 32, 8, 64, 32, 64}, {32, 32, 8, 128, 16, 32}, {30, 32, 8, 64, 16, 64}};
+  for (size_t i = 0; i < sizeof dec32 / sizeof dec32[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = dec32[i].b, desc.num_heads = dec32[i].h, desc.num_kv_heads = dec32[i].hkv;
+    desc.seqlen_q = 1, desc.seqlen_k = 4096, desc.head_dim = dec32[i].d, desc.dtype = FCL_DTYPE_F32;
+    fcl_problem dp;
+    r = fcl_resolve_problem(&desc, &dp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&h200, &no_overrides, &dp, 0, NULL, &t)
+                                                        : -1;
+    check(r == 0 && t.pack && t.br == dec32[i].br && t.bc == dec32[i].bc && t.stages == 2 && !t.qsmem &&
+              t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 4, 0) && t.local_bytes <= h200.local_mem_size &&
+              strstr(t.reason, "3xTF32"),
+          "planner: f32 decode B=%lld H=%lld Hkv=%lld d=%lld: %d rows a block (want %d), %d-key tiles (want %d) in %d "
+          "buffers: %s",
+          (long long)dec32[i].b, (long long)dec32[i].h, (long long)dec32[i].hkv, (long long)dec32[i].d, t.br,
+          dec32[i].br, t.bc, dec32[i].bc, t.stages, t.reason);
+  }
+
   /* Key counts per sequence in a batch (seqlens_k or cu_seqlens_k): on a small grid the longest sequence's keys
      in chunks of at most 16 tiles, as the rule's count may leave the longest sequences running alone; not for
      one sequence, nor for a grid with 8 warps a unit or more. The index buffers are only looked at for being
