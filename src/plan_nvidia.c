@@ -113,8 +113,9 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     DECLINE("tensor-core kernel: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
   const int f32 = p->dtype == FCL_DTYPE_F32, elem_bytes = f32 ? 4 : 2;
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
-  /* f32 keeps its Q fragments in registers as floats, twice those of f16: above 128 they would spill. */
-  if (f32 && p->d > 128) DECLINE("tensor-core kernel: f32 (3xTF32) takes head_dim up to 128, not %lld", (long long)p->d);
+  /* f32's fragments and accumulators are floats, twice the registers of f16's: above 128 they would spill. */
+  if (f32 && p->d > 128)
+    DECLINE("tensor-core kernel: f32 (3xTF32) takes head_dim up to 128, not %lld", (long long)p->d);
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core kernel: scale must be positive and finite");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core kernel: sequence too long");
   /* The kernel forms offsets within a tile (at most 256 rows) in 32 bits. */
@@ -201,7 +202,8 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync %s) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
            "%d-key tiles in %d buffers, Q in %s, %zu B local%s",
-           f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
+           f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr,
+           t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
            t.stages, t.qsmem ? "local memory" : "registers", t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");

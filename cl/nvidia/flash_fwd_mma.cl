@@ -681,7 +681,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
       for (int i = 0; i < OT; ++i)
 #if DTYPE == 0
-        *(__local float2 *)(Os + rl * DS + i * 8 + 2 * t) = (float2)(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
+        *(__local float2 *)(Os + rl * DS + i * 8 + 2 * t) =
+            (float2)(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
 #else
         *(__local uint *)(Os + rl * DS + i * 8 + 2 * t) =
             fcl_pack2(acc[mt][i][2 * hr] * inv, acc[mt][i][2 * hr + 1] * inv);
