@@ -111,7 +111,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   if (caps->vendor != FCL_VENDOR_NVIDIA) DECLINE("tensor-core kernel: not an NVIDIA platform");
   if (caps->nv_cc_major < 8)
     DECLINE("tensor-core kernel: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
-  const int f32 = p->dtype == FCL_DTYPE_F32, elem_bytes = f32 ? 4 : 2;
+  const int f32 = p->dtype == FCL_DTYPE_F32, elem_bytes = (int)p->elem_size;
   if (p->d % 8 != 0 || p->d > 256) DECLINE("tensor-core kernel: head_dim %lld is not a multiple of 8 up to 256", (long long)p->d);
   /* f32's fragments and accumulators are floats, twice the registers of f16's: above 128 they would spill. */
   if (f32 && p->d > 128)
@@ -129,7 +129,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   if (f32) {
     t.dp = (int)p->d; /* a multiple of the k step, 8 */
-    t.ds = t.dp + 4;  /* 4 words modulo 32: a warp's float reads of K and V fall in 32 banks */
+    t.ds = t.dp + 4;  /* 4 words modulo 32: a warp's float reads of Q, K and V fall in 32 banks */
   } else {
     t.dp = ((int)p->d + 15) / 16 * 16;
     t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */

@@ -84,7 +84,7 @@ static void planner_cases(void) {
   nv.max_work_group_size = nv.max_work_item_size0 = 1024;
   nv.is_gpu = 1;
   fcl_tile_plan t;
-  /* f16 and bf16 up to head_dim 256, f32 (3xTF32: k steps of 8, float tiles, Q in registers) up to 128. */
+  /* f16 and bf16 up to head_dim 256, f32 (3xTF32: k steps of 8, float tiles) up to 128. */
   for (int d = 8; d <= 256; d += 8)
     for (int dt = 0; dt <= 2; ++dt) {
       if (dt == FCL_DTYPE_F32 && d > 128) continue;

@@ -14,9 +14,9 @@
  * S is computed and softmaxed in the mma accumulator layout; its rounded probabilities are reused in
  * registers directly as the A operand of P V.
  *
- * Defines (src/plan_nvidia.c): DTYPE 1 (f16) or 2 (bf16), D head_dim (a multiple of 8), DP D rounded up
- * to 16, DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of
- * bank conflicts), NW, MT, BC, QSMEM, STAGES. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
+ * Defines (src/plan_nvidia.c): DTYPE 1 (f16), 2 (bf16) or 0 (f32), D head_dim (a multiple of 8), DP D rounded
+ * up to the k step (16; 8 for f32), DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so
+ * ldmatrix is free of bank conflicts; DP + 4 for f32, see "f32" below), NW, MT, BC, QSMEM, STAGES. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
  * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
  * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
  * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
@@ -62,14 +62,14 @@ typedef float elem_t;  /* an element of a local tile */
 #define EPC 4          /* elements in 16 bytes */
 #define KSTEP 8        /* head_dim columns a k step of Q K^T */
 typedef float qfrag_t; /* a register of Q's A fragment: the float at column t of a k step */
-#define QFRAG_COL(kk) ((kk) * 8 + t)
+#define QFRAG_COL(kk, t) ((kk) * 8 + (t))
 #define QFRAG_LOAD(p) (*(p))
 #else
 typedef ushort elem_t;
 #define EPC 8
 #define KSTEP 16
 typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every row starts on 16 bytes) */
-#define QFRAG_COL(kk) ((kk) * 16 + 2 * t)
+#define QFRAG_COL(kk, t) ((kk) * 16 + 2 * (t))
 #define QFRAG_LOAD(p) (*(__global const uint *)(p))
 #endif
 #define KT (DP / KSTEP) /* k steps of Q K^T over the head dimension */
@@ -323,7 +323,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = QFRAG_COL(kk), c1 = c0 + KSTEP / 2;
+      const int c0 = QFRAG_COL(kk, t), c1 = c0 + KSTEP / 2;
       qa[mt][kk][0] = r0 < nrows && c0 < D ? QFRAG_LOAD(p0 + c0) : 0;
       qa[mt][kk][1] = r1 < nrows && c0 < D ? QFRAG_LOAD(p1 + c0) : 0;
       qa[mt][kk][2] = r0 < nrows && c1 < D ? QFRAG_LOAD(p0 + c1) : 0;
