@@ -73,8 +73,9 @@ typedef struct fcl_plan_overrides {
      rows a step, dQ warps and keys a tile (0: none) */
   int backward_shape[4];
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
-     warp, key-tile rows, Q tile in local memory, K/V tile buffers of its ring (warps 0: none) */
-  int forward_mma_shape[5];
+     warp, key-tile rows, Q tile in local memory, K/V tile buffers of its ring, Q's k steps in registers with
+     the tile in local memory (warps 0: none) */
+  int forward_mma_shape[6];
   /* FLASHCL_PORTABLE_BACKWARD_SHAPE: the portable backward's shapes, used where they fit: tr, tc, rm, rn of the
      dK/dV kernel, then of the dQ kernel (tr 0: none) */
   int portable_backward_shape[8];
@@ -87,10 +88,10 @@ int fcl_parse_forward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys": 0 when it is four integers, warps
    1..8 and rows or keys multiples of 16 in 16..128, else -1 and shape untouched. */
 int fcl_parse_backward_shape(const char *text, int shape[4]);
-/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,stages]": 0 when it is four or five integers,
-   warps 1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem 0 or 1, stages 2..8 (2 when absent), else -1
-   and shape untouched. */
-int fcl_parse_forward_mma_shape(const char *text, int shape[5]);
+/* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,stages[,qregs]]": 0 when it is four to six
+   integers, warps 1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem 0 or 1, stages 2..8 (2 when absent),
+   qregs 0..15 (0 when absent), else -1 and shape untouched. */
+int fcl_parse_forward_mma_shape(const char *text, int shape[6]);
 /* Parses FLASHCL_PORTABLE_BACKWARD_SHAPE's "tr,tc,rm,rn" (both kernels) or "tr,tc,rm,rn,tr,tc,rm,rn" (dK/dV, then
    dQ) into shape[8]: 0 when it is four or eight integers, tr and tc 1..4096, rm and rn 1..256, else -1 and shape
    untouched. */
@@ -135,6 +136,8 @@ typedef struct fcl_tile_plan {
   int wg;           /* tr * tc */
   int kt;           /* portable forward: K tile kept transposed (CPUs) */
   int qsmem;        /* nvidia_mma forward: Q tile kept in local memory (fragments loaded per k step) */
+  int qregs;        /* nvidia_mma forward with qsmem: Q's first qregs k steps kept in registers, the local tile
+                       holding only the columns after them (QREG) */
   int splits;       /* forward: chunks each block's keys are split into (1: none; SPLIT in common.cl) */
   int stages;       /* nvidia_mma forward: K/V tile buffers in its ring (STAGES; 2..8, stages - 1 in flight) */
   int direct;       /* portable forward: S and P V read K and V from global memory, not from local tiles

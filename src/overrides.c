@@ -48,10 +48,10 @@ int fcl_parse_backward_shape(const char *text, int shape[4]) {
   return 0;
 }
 
-int fcl_parse_forward_mma_shape(const char *text, int shape[5]) {
-  static const long lo[5] = {1, 1, 16, 0, 2}, hi[5] = {8, 4, 128, 1, 8}, step[5] = {1, 1, 16, 1, 1};
-  int v[5] = {0, 0, 0, 0, 2};
-  if (parse_list(text, v, 5, lo, hi, step) < 4) return -1;
+int fcl_parse_forward_mma_shape(const char *text, int shape[6]) {
+  static const long lo[6] = {1, 1, 16, 0, 2, 0}, hi[6] = {8, 4, 128, 1, 8, 15}, step[6] = {1, 1, 16, 1, 1, 1};
+  int v[6] = {0, 0, 0, 0, 2, 0};
+  if (parse_list(text, v, 6, lo, hi, step) < 4) return -1;
   memcpy(shape, v, sizeof v);
   return 0;
 }
@@ -74,7 +74,7 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   /* FLASHCL_FORWARD_SHAPE=tr,tc,rm,rn[,kt]; anything else is ignored (the default plan). */
   const char *shape = getenv("FLASHCL_FORWARD_SHAPE");
   if (shape) (void)fcl_parse_forward_shape(shape, out->forward_shape);
-  /* FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,stages]: the tensor-core forward's first shape; anything
+  /* FLASHCL_FORWARD_MMA_SHAPE=warps,tiles,keys,qsmem[,stages[,qregs]]: the tensor-core forward's first shape; anything
      else is ignored. */
   const char *mshape = getenv("FLASHCL_FORWARD_MMA_SHAPE");
   if (mshape) (void)fcl_parse_forward_mma_shape(mshape, out->forward_mma_shape);

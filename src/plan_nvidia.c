@@ -6,11 +6,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Local memory of the kernel: its ring of K/V tiles of bc rows (and the Q tile of br rows when qsmem), reused
-   for the O tile at the end; elements of elem_bytes (2, or 4 for f32). */
+/* Local memory of the kernel: its ring of K/V tiles of bc rows (and the Q tile of br rows when qsmem, less
+   the columns of its qregs k steps of 16 kept in registers), reused for the O tile at the end; elements of
+   elem_bytes (2, or 4 for f32). */
 size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, int paged) {
   size_t kv = (size_t)p->stages * (size_t)p->bc * (size_t)p->ds +
-              (p->qsmem ? (size_t)p->br * (size_t)p->ds : 0),
+              (p->qsmem ? (size_t)p->br * (size_t)(p->ds - 16 * p->qregs) : 0),
          o = (size_t)p->br * (size_t)p->ds;
   /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
   return (kv > o ? kv : o) * (size_t)elem_bytes + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
@@ -47,9 +48,10 @@ static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
 /* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
 
 /* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers),
-   K/V tile buffers of the ring (stages; stages - 1 tiles in flight). */
+   K/V tile buffers of the ring (stages; stages - 1 tiles in flight), with the Q tile in local memory its first
+   k steps (16 columns each) kept in registers instead (qregs; f16 and bf16). */
 typedef struct nvidia_forward_shape {
-  int warps, tiles, keys, qsmem, stages;
+  int warps, tiles, keys, qsmem, stages, qregs;
 } nvidia_forward_shape;
 
 /* The first shape by head_dim, from the measurements in docs/notes-nvidia.md (H200): 32 query rows a warp
@@ -63,14 +65,14 @@ static const struct {
 } forward_defaults[] = {
     /* causal: 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: 4-6% faster than Q in local memory
        at N = 4096 and 16384, f16 and bf16 (v12); not causal the two are within the runs' spread */
-    {64, -1, {4, 2, 64, 0, 2}},
-    {64, 0, {4, 2, 64, 1, 2}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
+    {64, -1, {4, 2, 64, 0, 2, 0}},
+    {64, 0, {4, 2, 64, 1, 2, 0}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
-    {128, 2048, {4, 1, 64, 0, 2}},
+    {128, 2048, {4, 1, 64, 0, 2, 0}},
     /* 2 warps x 2 tiles (64 rows), 32-key tiles (Q 17 KiB + K,V 17 KiB of 48 KiB); 48-key tiles ran up to 3%
        faster but spill 24-128 bytes at head_dim 128 (v12) */
-    {128, 0, {2, 2, 32, 1, 2}},
-    {256, 0, {4, 1, 32, 0, 2}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+    {128, 0, {2, 2, 32, 1, 2, 0}},
+    {256, 0, {4, 1, 32, 0, 2, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
 /* f32 (3xTF32, m16n8k8): floats take twice the local memory and their Q fragments twice the registers, so
@@ -79,10 +81,10 @@ static const struct {
    the best causal); 128, 2 warps and 16-key tiles with Q in local memory, which frees its 64 registers a
    lane (3% faster than 4 warps with Q in registers not causal, equal causal; Q in registers spilled 100 B).
    The planner declines f32 above head_dim 128. */
-static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2}, {2, 1, 16, 1, 2}};
+static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2, 0}, {2, 1, 16, 1, 2, 0}};
 
 /* Then smaller shapes for devices with less local memory, in this order. */
-static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 2}, {4, 1, 16, 0, 2}, {2, 1, 16, 0, 2}};
+static const nvidia_forward_shape forward_fallbacks[] = {{4, 1, 32, 0, 2, 0}, {4, 1, 16, 0, 2, 0}, {2, 1, 16, 0, 2, 0}};
 
 static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   if (p->dtype == FCL_DTYPE_F32) return &forward_f32_defaults[p->d > 64];
@@ -179,7 +181,8 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   /* FLASHCL_FORWARD_MMA_SHAPE (development) is tried before that shape (never with a deeper ring for paged
      keys, whose rows are resolved a tile ahead); where it does not fit, the default plan follows. */
   const int *ms = ov->forward_mma_shape;
-  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table || ms[4] < 2 ? 2 : ms[4]};
+  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table || ms[4] < 2 ? 2 : ms[4],
+                                       ms[3] && !f32 && ms[5] * 16 < t.dp ? ms[5] : 0};
   const size_t nfall = sizeof forward_fallbacks / sizeof forward_fallbacks[0];
   int found = 0, took_forced = 0;
   for (size_t i = ms[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
@@ -190,6 +193,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.rm = sh->tiles;
     t.bc = sh->keys;
     t.qsmem = sh->qsmem;
+    t.qregs = sh->qregs;
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
@@ -199,13 +203,15 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);
+  char qsplit[32] = "";
+  if (t.qsmem && t.qregs) snprintf(qsplit, sizeof qsplit, " past its first %d columns", 16 * (t.qregs & 15));
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync %s) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
-           "%d-key tiles in %d buffers, Q in %s, %zu B local%s",
+           "%d-key tiles in %d buffers, Q in %s%s, %zu B local%s",
            f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr,
            t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
-           t.stages, t.qsmem ? "local memory" : "registers", t.local_bytes,
+           t.stages, t.qsmem ? "local memory" : "registers", qsplit, t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;

@@ -190,10 +190,34 @@ static void planner_cases(void) {
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
   check(r == 0 && t.stages == 2 && t.local_bytes <= nv.local_mem_size && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=1,1,64,0,8 (does not fit): the default plan, %s", t.reason);
+  /* Q in local memory past registers for its first k steps: 4 warps x 2 tiles (128 rows) at head_dim 128 take
+     the local Q tile's 112 columns (120-element rows) and two 32-key buffers: 48 128 B, where the whole Q tile
+     (52 224 B) does not fit. */
+  check(fcl_parse_forward_mma_shape("4,2,32,1,2,1", ov.forward_mma_shape) == 0 && ov.forward_mma_shape[5] == 1,
+        "FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,1 parsed");
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 1 && t.local_bytes == 48128 &&
+            strstr(t.reason, "past its first 16 columns") && strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
+        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,1: %zu B: %s", t.local_bytes, t.reason);
+  check(fcl_parse_forward_mma_shape("4,2,32,1,2,0", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 parsed");
+  r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
+  check(r == 0 && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && t.qregs == 0,
+        "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 (does not fit): the default plan, %s", t.reason);
+  /* qregs is dropped where it cannot apply: Q in registers already, f32, or as many k steps as head_dim has. */
+  static const struct { const char *shape; int dtype; } no_qregs[] = {
+      {"4,1,32,0,2,2", FCL_DTYPE_F16}, {"2,1,16,1,2,1", FCL_DTYPE_F32}, {"2,2,32,1,2,8", FCL_DTYPE_F16}};
+  for (size_t i = 0; i < sizeof no_qregs / sizeof no_qregs[0]; ++i) {
+    fcl_problem pq = problem(128, no_qregs[i].dtype, 0);
+    check(fcl_parse_forward_mma_shape(no_qregs[i].shape, ov.forward_mma_shape) == 0, "%s parsed", no_qregs[i].shape);
+    r = fcl_plan_nvidia_forward(&nv, &ov, &pq, 0, NULL, &t);
+    check(r == 0 && t.qregs == 0 && strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && !strstr(t.reason, "past its first"),
+          "planner, head_dim 128, dtype %d, FLASHCL_FORWARD_MMA_SHAPE=%s: no Q k steps in registers: %s",
+          no_qregs[i].dtype, no_qregs[i].shape, t.reason);
+  }
   static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,1",
-                                        "4,1,32,0,9", "4,1,32,0,2,0", "x", ""};
+                                        "4,1,32,0,9", "4,1,32,0,2,16", "4,1,32,0,2,0,0", "x", ""};
   for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
-    int shape[5] = {7, 7, 7, 7, 7};
+    int shape[6] = {7, 7, 7, 7, 7, 7};
     check(fcl_parse_forward_mma_shape(bad_mma[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_FORWARD_MMA_SHAPE=\"%s\" refused, shape untouched", bad_mma[i]);
   }

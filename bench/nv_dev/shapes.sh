@@ -12,7 +12,8 @@
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
-# DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, DEVICE for another device than the H200.
+# DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, FORWARD_ROWS="DTYPE,D,N;..." for other forward rows (B=4,
+# H=16), DEVICE for another device than the H200.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -50,10 +51,12 @@ run() {
 # The decode rows (issue 12's table; DECODE_ROWS="B,H,HKV,Q,N;..." for others).
 decode_rows=("1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384")
 if [ -n "${DECODE_ROWS:-}" ]; then IFS=';' read -ra decode_rows <<<"${DECODE_ROWS//,/ }"; fi
+forward_rows=("f16 64 16384" "bf16 64 16384" "f16 64 4096" "f16 128 4096" "f16 128 16384")
+if [ -n "${FORWARD_ROWS:-}" ]; then IFS=';' read -ra forward_rows <<<"${FORWARD_ROWS//,/ }"; fi
 for step in "$@"; do
   case $step in
     forward)
-      for row in "f16 64 16384" "bf16 64 16384" "f16 64 4096" "f16 128 4096" "f16 128 16384"; do
+      for row in "${forward_rows[@]}"; do
         set -- $row
         if [ "$2" = 64 ]; then shapes=${FORWARD_SHAPES:-"default 4,2,64,0 4,2,64,0,3 4,2,64,1,3"}
         else shapes=${FORWARD_SHAPES:-"default 2,2,48,1 4,1,64,0"}; fi

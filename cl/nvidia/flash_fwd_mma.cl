@@ -6,7 +6,9 @@
  * A work-group of NW warps owns BR = NW * MT * 16 query rows of one (batch, head); each warp owns MT
  * tiles of 16 rows and keeps its O accumulator in registers; its Q fragments live in registers
  * (QSMEM 0) or in a local Q tile read by ldmatrix at each k step (QSMEM 1: fewer registers, so that 32
- * rows a warp fit at head_dim 128). K and V tiles of BC rows stream through a ring of STAGES local buffers
+ * rows a warp fit at head_dim 128). With QSMEM 1, QREG > 0 keeps the first QREG k steps' fragments in
+ * registers and only the columns after them in the local tile (f16/bf16): less local memory for a few
+ * registers, so that a larger work-group's Q tile fits. K and V tiles of BC rows stream through a ring of STAGES local buffers
  * with cp.async, in the order K(0), V(0), K(1), V(1), ...: each is waited for when it is needed and the tile
  * STAGES - 1 further on is issued into the buffer just freed. With two buffers V(j) loads while S = Q K(j)^T
  * is computed and K(j+1) while O += P V(j) is; more keep more bytes in flight for decode, where there is
@@ -81,6 +83,15 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #ifndef QSMEM
 #define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
 #endif
+#ifndef QREG
+#define QREG 0 /* with QSMEM: the first QREG k steps of Q stay in registers, the local tile holds the rest */
+#endif
+#if QREG && (!QSMEM || DTYPE == 0 || QREG >= KT)
+#error "flash_fwd_mma: QREG takes QSMEM 1, f16 or bf16, and fewer k steps than the head dimension has"
+#endif
+#define QC0 (QREG * KSTEP)         /* the local Q tile's first column */
+#define QDS (DS - QC0)             /* its row stride: 16 bytes past a multiple of 32 as DS is, for ldmatrix */
+#define QCH ((DP - QC0) / EPC)     /* 16-byte chunks in a row of it */
 #ifndef LAZY_RESCALE
 #define LAZY_RESCALE 1 /* 1: skip rescaling O when no row maximum of the warp changed */
 #endif
@@ -103,7 +114,7 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define RING_PENDING(s) RING_PENDING_(s)
 #define RING_WAIT() CP_ASYNC_WAIT_GROUP(RING_PENDING(STAGES))
 #define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
-#define KVQ (STAGES * TILE + QSMEM * BR * DS) /* elements: the K/V ring (and Q); later the O tile */
+#define KVQ (STAGES * TILE + QSMEM * BR * QDS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
 #if DP % KSTEP != 0 || BC % 16 != 0 || D > DP || DS % EPC != 0
 #error "flash_fwd_mma: inconsistent tile defines"
@@ -290,15 +301,15 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 
   const int wrow = warp * MT * 16;
 #if QSMEM
-  /* Q tile into local memory with K(0) (one commit group); zero beyond nq and D. */
+  /* Q tile (its columns from QC0) into local memory with K(0) (one commit group); zero beyond nq and D. */
   __local elem_t *Qs = Ks + QOFF;
 #pragma unroll
-  for (int i = 0; i < (BR * CH + WG - 1) / WG; ++i) {
+  for (int i = 0; i < (BR * QCH + WG - 1) / WG; ++i) {
     const int c = lid + i * WG;
-    if ((BR * CH) % WG == 0 || c < BR * CH) {
-      const int r = c / CH, cc = c % CH;
-      const bool ok = q0 + r < nrows && cc * EPC < D;
-      CP_ASYNC16(Qs + r * DS + cc * EPC, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + cc * EPC : q, ok ? 16 : 0);
+    if ((BR * QCH) % WG == 0 || c < BR * QCH) {
+      const int r = c / QCH, cc = c % QCH;
+      const bool ok = q0 + r < nrows && QC0 + cc * EPC < D;
+      CP_ASYNC16(Qs + r * QDS + cc * EPC, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + QC0 + cc * EPC : q, ok ? 16 : 0);
     }
   }
   /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
@@ -306,23 +317,26 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
 #if DTYPE == 0
   /* f32: lane (g, t) reads its A fragment's floats at rows g, g + 8 and columns t, t + 4 of each k step. */
-  __local const float *q_lane = Qs + (wrow + g) * DS + t;
+  __local const float *q_lane = Qs + (wrow + g) * QDS + t;
 #else
   /* ldmatrix of the A fragment: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). */
-  const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + (lane >> 4) * 8);
+  const uint q_lane = SMEM_ADDR(Qs + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * QDS + (lane >> 4) * 8);
 #endif
 #else
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
+#endif
+#define QRK (QSMEM ? QREG : KT) /* k steps of Q whose fragments stay in registers */
+#if QRK
   /* Q fragments in registers (A of Q K^T; f16/bf16 m16k16, f32 m16k8): a0 at row g, a1 at row g + 8, a2 and a3
      the same rows half a k step on (qfrag_t's columns). */
-  qfrag_t qa[MT][KT][4];
+  qfrag_t qa[MT][QRK][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int r0 = q0 + wrow + mt * 16 + g, r1 = r0 + 8;
     __global const store_t *p0 = q + ROW_OFF(r0, q_sh, q_sn), *p1 = q + ROW_OFF(r1, q_sh, q_sn);
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
+    for (int kk = 0; kk < QRK; ++kk) {
       const int c0 = QFRAG_COL(kk, t), c1 = c0 + KSTEP / 2;
       qa[mt][kk][0] = r0 < nrows && c0 < D ? QFRAG_LOAD(p0 + c0) : 0;
       qa[mt][kk][1] = r1 < nrows && c0 < D ? QFRAG_LOAD(p1 + c0) : 0;
@@ -398,8 +412,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #if QSMEM
-        __local const float *qr_ = q_lane + mt * 16 * DS + kk * 8;
-        const float qf[4] = {qr_[0], qr_[8 * DS], qr_[4], qr_[8 * DS + 4]};
+        __local const float *qr_ = q_lane + mt * 16 * QDS + kk * 8;
+        const float qf[4] = {qr_[0], qr_[8 * QDS], qr_[4], qr_[8 * QDS + 4]};
 #else
         const float *qf = qa[mt][kk];
 #endif
@@ -419,11 +433,17 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
 #if QSMEM
-      uint qa[MT][1][4];
+      /* k steps from QREG on: the fragments from the local tile (the first QREG are in qa). */
+      uint ql[MT][4];
+      if (kk >= QREG)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        LDSM_X4(qa[mt][0][0], qa[mt][0][1], qa[mt][0][2], qa[mt][0][3], q_lane + (uint)((mt * 16 * DS + kk * 16) * 2));
-#define QK_A(mt, kk) qa[mt][0]
+        for (int mt = 0; mt < MT; ++mt)
+          LDSM_X4(ql[mt][0], ql[mt][1], ql[mt][2], ql[mt][3], q_lane + (uint)((mt * 16 * QDS + (kk - QREG) * 16) * 2));
+#if QREG
+#define QK_A(mt, kk) ((kk) < QREG ? qa[mt][(kk) < QREG ? (kk) : 0] : ql[mt])
+#else
+#define QK_A(mt, kk) ql[mt]
+#endif
 #else
 #define QK_A(mt, kk) qa[mt][kk]
 #endif
