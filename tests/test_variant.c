@@ -163,7 +163,7 @@ static void planner_cases(void) {
         t.reason);
   check(fcl_parse_forward_mma_shape("8,4,128,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && t.tr == 2 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.local_bytes <= nv.local_mem_size &&
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 2 && t.local_bytes == 44032 &&
             !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the default plan, %s", t.reason);
   check(fcl_parse_forward_mma_shape("4,2,64,0,3", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3 parsed");
@@ -201,7 +201,7 @@ static void planner_cases(void) {
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,1: %zu B: %s", t.local_bytes, t.reason);
   check(fcl_parse_forward_mma_shape("4,2,32,1,2,0", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && t.qregs == 0,
+  check(r == 0 && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && t.qregs == 2 && t.local_bytes == 44032,
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 (does not fit): the default plan, %s", t.reason);
   /* qregs is dropped where it cannot apply: Q in registers already, f32, or as many k steps as head_dim has. */
   static const struct { const char *shape; int dtype; } no_qregs[] = {
@@ -226,7 +226,7 @@ static void planner_cases(void) {
      for up to 16 rows, two where the grid has at most one block per sixteen units: the second warp's rows are
      padding, there for its share of the tile copies), the keys split to fill the device with about four row-owning warps a unit in
      chunks of at least four tiles, two with a padding warp (the counts the H200's sweeps found best or near
-     it); no packing without GQA or with many query rows. */
+     it); no packing without GQA or with a block's worth of query rows (128 at head_dim 128). */
   fcl_device_caps h200 = nv;
   h200.compute_units = 132;
   static const struct {
@@ -236,13 +236,14 @@ static void planner_cases(void) {
              {1, 32, 8, 1, 4096, 128, 1, 32, 1, 32},    {1, 32, 8, 16, 4096, 64, 1, 64, 0, 16},
              {2, 32, 8, 1, 4096, 128, 1, 16, 0, 16},    {1, 8, 8, 1, 4096, 128, 0, 32, 1, 32},
              {1, 32, 32, 1, 131072, 128, 0, 16, 0, 16}, {8, 32, 8, 1, 8192, 128, 1, 16, 0, 8},
-             {4, 32, 8, 100, 4096, 128, 0, 64, 0, 1},   {32, 32, 8, 1, 4096, 256, 1, 16, 0, 2},
+             {4, 32, 8, 100, 4096, 128, 1, 128, 0, 1},  {32, 32, 8, 1, 4096, 256, 1, 16, 0, 2},
              /* 240 and 256 blocks (1.7 to 2 a unit): a padding warp, 32-key tiles in four buffers, no split; 128,
                 132, 136, 368 and 512 keep the rule's shape and count */
              {32, 32, 8, 1, 4096, 128, 1, 32, 1, 1},    {30, 32, 8, 1, 4096, 128, 1, 32, 1, 1},
              {8, 32, 32, 1, 8192, 128, 0, 32, 1, 1},    {16, 32, 8, 1, 4096, 128, 1, 16, 0, 4},
              {17, 32, 8, 1, 8192, 128, 1, 16, 0, 4},    {46, 32, 8, 1, 4096, 128, 1, 16, 0, 2},
              {64, 32, 8, 1, 2048, 128, 1, 16, 0, 1},    {33, 32, 4, 1, 4096, 128, 1, 16, 0, 4},
+             {4, 32, 8, 200, 4096, 128, 0, 128, 0, 1},
              {1, 16, 16, 40, 4096, 64, 0, 64, 0, 8}}; /* 40 rows, 4 warps: counted as 4, none added to copy */
   for (size_t i = 0; i < sizeof dec / sizeof dec[0]; ++i) {
     fcl_attention_desc desc;
