@@ -225,9 +225,12 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
   if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds] (2 bytes an element), the second shared with K
-                                  and V [bc][ds] (read into registers before step 1); lse and Dvec [2][br] */
-    const size_t kv = 2 * (size_t)p->bc, second = kv > 2 * (size_t)p->br ? kv : 2 * (size_t)p->br;
-    return (2 * (size_t)p->br + second) * (size_t)p->ds * 2 + 4 * (size_t)p->br * sizeof(float);
+                                  and V [bc][ds] (read into registers before step 1), or when they outgrow it
+                                  but each fits a buffer, K over the second and V over the first; lse and Dvec
+                                  [2][br] */
+    const size_t br = (size_t)p->br, bc = (size_t)p->bc;
+    const size_t rows = bc > br && bc <= 2 * br ? 4 * br : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
+    return rows * (size_t)p->ds * 2 + 4 * br * sizeof(float);
   }
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;

@@ -172,8 +172,13 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
    4 warps (64 keys), 64 query rows a step: 18 KiB of the first buffer + 18 KiB of K, V (or the second
    buffer); 64 + 64 accumulator registers for dK, dV, 16 + 16 for the K, V fragments, 32 + 32 for S^T, dP^T;
    d <= 128: 2 warps (32 keys), 32 query rows a step: 17 + 17 KiB, 128 accumulator registers, 32 + 32 of
-   fragments, 16 + 16 for S^T, dP^T. */
-#define SMEM ((2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
+   fragments, 16 + 16 for S^T, dP^T.
+   When K and V together outgrow the second buffer but each fits one buffer (BN < BM <= 2 BN: 4 warps, 32-row
+   steps), K goes over the second buffer and V over the first, and step 0's rows are loaded only once every
+   warp has read its V fragments: one load latency more a work-group, for twice the keys a step's rows are
+   copied for within 48 KiB. */
+#define KV_OVER_BOTH (BM > BN && BM <= 2 * BN)
+#define SMEM (KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -190,7 +195,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   __local ushort *Qs = (__local ushort *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
   __local ushort *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
   __local ushort *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
-  __local ushort *Vs = Ks + BM * DS;
+  __local ushort *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -236,7 +241,9 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
       Dl[buf_][r_] = in_ ? dvec[LBASE(h_) + q0_ + r_] : 0.0f;                                          \
     }                                                                                                \
   } while (0)
+#if !KV_OVER_BOTH
   if (nsteps > 0) STEP_LOAD(0);
+#endif
 
   float dk[OT][4], dv[OT][4];
 #pragma unroll
@@ -257,6 +264,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   barrier(CLK_LOCAL_MEM_FENCE);
   fcl_load_a(kf, k_a);
   fcl_load_a(vf, v_a);
+#if KV_OVER_BOTH
+  barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its V fragments out of the first buffer */
+  if (nsteps > 0) STEP_LOAD(0);
+#endif
 
   for (int st = 0; st < nsteps; ++st) {
     const int hg = st / qtiles, h = hk * group + hg;
