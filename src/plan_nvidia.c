@@ -166,6 +166,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.tiles = 1;
     first.keys = p->d <= (f32 ? 64 : 128) ? 64 : 32;
     first.qsmem = 0;
+    first.qregs = 0;
     /* A grid of 1.7 to 2 blocks a compute unit (two on most units, so they share each unit's loads in
        flight) runs unsplit (fcl_plan_splits), so without the combine kernel, through a ring of four 32-key
        buffers that keeps in flight what the split rule's second chunk would, with a padding warp sharing its
@@ -196,7 +197,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.rm = sh->tiles;
     t.bc = sh->keys;
     t.qsmem = sh->qsmem;
-    t.qregs = sh->qregs;
+    t.qregs = sh->qsmem ? sh->qregs : 0; /* the kernel takes QREG only beside a local Q tile */
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
