@@ -166,7 +166,6 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     first.tiles = 1;
     first.keys = p->d <= (f32 ? 64 : 128) ? 64 : 32;
     first.qsmem = 0;
-    first.qregs = 0;
     /* A grid of 1.7 to 2 blocks a compute unit (two on most units, so they share each unit's loads in
        flight) runs unsplit (fcl_plan_splits), so without the combine kernel, through a ring of four 32-key
        buffers that keeps in flight what the split rule's second chunk would, with a padding warp sharing its
@@ -185,8 +184,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   /* FLASHCL_FORWARD_MMA_SHAPE (development) is tried before that shape (never with a deeper ring for paged
      keys, whose rows are resolved a tile ahead); where it does not fit, the default plan follows. */
   const int *ms = ov->forward_mma_shape;
-  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table || ms[4] < 2 ? 2 : ms[4],
-                                       ms[3] && !f32 && ms[5] * 16 < t.dp ? ms[5] : 0};
+  const nvidia_forward_shape forced = {ms[0], ms[1], ms[2], ms[3], p->block_table || ms[4] < 2 ? 2 : ms[4], ms[5]};
   const size_t nfall = sizeof forward_fallbacks / sizeof forward_fallbacks[0];
   int found = 0, took_forced = 0;
   for (size_t i = ms[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
@@ -197,7 +195,8 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.rm = sh->tiles;
     t.bc = sh->keys;
     t.qsmem = sh->qsmem;
-    t.qregs = sh->qsmem ? sh->qregs : 0; /* the kernel takes QREG only beside a local Q tile */
+    /* The kernel takes QREG only beside a local Q tile, in f16/bf16, and for fewer k steps than head_dim has. */
+    t.qregs = sh->qsmem && !f32 && sh->qregs * 16 < t.dp ? sh->qregs : 0;
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
@@ -207,8 +206,8 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);
-  char qsplit[32] = "";
-  if (t.qsmem && t.qregs) snprintf(qsplit, sizeof qsplit, " past its first %d columns", 16 * (t.qregs & 15));
+  char qsplit[32] = ""; /* (qregs is at most 15; the mask tells the compiler the text fits) */
+  if (t.qregs) snprintf(qsplit, sizeof qsplit, " past its first %d columns", 16 * (t.qregs & 15));
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync %s) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
            "%d-key tiles in %d buffers, Q in %s%s, %zu B local%s",

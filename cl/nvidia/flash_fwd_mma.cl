@@ -8,8 +8,9 @@
  * (QSMEM 0) or in a local Q tile read by ldmatrix at each k step (QSMEM 1: fewer registers, so that 32
  * rows a warp fit at head_dim 128). With QSMEM 1, QREG > 0 keeps the first QREG k steps' fragments in
  * registers and only the columns after them in the local tile (f16/bf16): less local memory for a few
- * registers, so that a larger work-group's Q tile fits. K and V tiles of BC rows stream through a ring of STAGES local buffers
- * with cp.async, in the order K(0), V(0), K(1), V(1), ...: each is waited for when it is needed and the tile
+ * registers, so that a larger work-group's Q tile fits. K and V tiles of BC rows stream through a ring of
+ * STAGES local buffers with cp.async, in the order K(0), V(0), K(1), V(1), ...: each is waited for when it
+ * is needed and the tile
  * STAGES - 1 further on is issued into the buffer just freed. With two buffers V(j) loads while S = Q K(j)^T
  * is computed and K(j+1) while O += P V(j) is; more keep more bytes in flight for decode, where there is
  * little to compute between the waits.
@@ -18,8 +19,9 @@
  *
  * Defines (src/plan_nvidia.c): DTYPE 1 (f16), 2 (bf16) or 0 (f32), D head_dim (a multiple of 8), DP D rounded
  * up to the k step (16; 8 for f32), DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so
- * ldmatrix is free of bank conflicts; DP + 4 for f32, see "f32" below), NW, MT, BC, QSMEM, STAGES. The switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST
- * are for measurements (docs/notes-nvidia.md); the library keeps their defaults. The host takes this
+ * ldmatrix is free of bank conflicts; DP + 4 for f32, see "f32" below), NW, MT, BC, QSMEM, QREG, STAGES. The
+ * switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST are for measurements (docs/notes-nvidia.md);
+ * the library keeps their defaults. The host takes this
  * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
  * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
  * reads nothing); tile rows beyond the problem's are computed on zeros and never written.
@@ -439,7 +441,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
           LDSM_X4(ql[mt][0], ql[mt][1], ql[mt][2], ql[mt][3], q_lane + (uint)((mt * 16 * QDS + (kk - QREG) * 16) * 2));
-#if QREG
+#if QREG /* (the inner test keeps the index in bounds in the branch not taken; kk is a constant once unrolled) */
 #define QK_A(mt, kk) ((kk) < QREG ? qa[mt][(kk) < QREG ? (kk) : 0] : ql[mt])
 #else
 #define QK_A(mt, kk) ql[mt]
