@@ -2,8 +2,9 @@
 # A/B of a prepared change on the GPU machine (docs/notes-nvidia.md, v16): the tree as it is (A) against a copy
 # of it with PATCH applied (B), each built (Release, -DFLASHCL_WERROR=ON) into its own folder, then the steps
 # named, each skipped when too little of the call's 590 s (or BUDGET s) is left; a summary is printed last,
-# logs go to $OUT.
-# usage (repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/ab.sh PATCH STEP...
+# logs go to $OUT. When the first argument is a folder of kernel sources (a copy of cl/), B is A's build reading
+# its kernels from there (FLASHCL_KERNEL_DIR): a kernel-only change needs one build.
+# usage (repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/ab.sh PATCH|KERNEL_DIR STEP...
 #   bench    the rows of $ROWS (default bench/nv_dev/ab_rows.txt; one flashcl-bench argument list a line, after
 #            optional NAME=VALUE settings; # starts a comment) on A and B in turn, two rounds: median ms each,
 #            and B's plan when a shape override was asked for ("forced" when it was taken)
@@ -15,23 +16,32 @@ set -uo pipefail
 t_start=$(date +%s)
 out=${OUT:-/tmp/nv_ab}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
-patch_file=$(realpath "$1"); shift
+change=$(realpath "$1"); shift
+kdir=""; [ -d "$change" ] && kdir=$change
 rows=${ROWS:-bench/nv_dev/ab_rows.txt}
 export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200}
 budget=${BUDGET:-590}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; date -u; } 2>&1 | tee "$out/device.txt"
 
-# B: the tree without build folders, patched.
-bt=/tmp/ab-b; rm -rf "$bt"; mkdir -p "$bt"
-tar --exclude='./build*' --exclude=./.gpu --exclude=./.git -cf - . | tar -xf - -C "$bt"
-if command -v patch >/dev/null; then (cd "$bt" && patch -p1 -s <"$patch_file")
-else (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$patch_file"); fi || { echo "the patch does not apply"; exit 1; }
-for t in a b; do
+# B: the tree without build folders, patched (or, with a kernel folder, A's build reading it).
+bt=/tmp/ab-b; trees="a b"
+if [ -n "$kdir" ]; then trees=a
+else
+  rm -rf "$bt"; mkdir -p "$bt"
+  tar --exclude='./build*' --exclude=./.gpu --exclude=./.git -cf - . | tar -xf - -C "$bt"
+  if command -v patch >/dev/null; then (cd "$bt" && patch -p1 -s <"$change")
+  else (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$change"); fi || { echo "the patch does not apply"; exit 1; }
+fi
+for t in $trees; do
   src=.; [ $t = b ] && src=$bt
   { cmake -S "$src" -B "/tmp/ab-build-$t" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON &&
     cmake --build "/tmp/ab-build-$t" -j 16; } >"$out/build-$t.log" 2>&1 || { echo "build $t failed"; tail -20 "$out/build-$t.log"; exit 1; }
 done
+# build_b: B's build folder; b_env: what B's runs set.
+build_b=/tmp/ab-build-b b_env=()
+[ -n "$kdir" ] && { build_b=/tmp/ab-build-a; b_env=("FLASHCL_KERNEL_DIR=$kdir"); rm -rf "$bt"; mkdir -p "$bt";
+  ln -s "$kdir" "$bt/cl"; }
 summary="built A and B in $(( $(date +%s) - t_start )) s"
 
 # bench1 TREE LINE: median ms of one row on a tree, and its plan tag.
@@ -39,7 +49,8 @@ bench1() {
   local tree=$1; shift
   local envs=() args=()
   for w in $*; do if [[ $w == *=* && ${#args[@]} -eq 0 ]]; then envs+=("$w"); else args+=("$w"); fi; done
-  env "${envs[@]}" FLASHCL_CACHE_DIR=/tmp/ab-cache-$tree timeout 60 "/tmp/ab-build-$tree/tools/flashcl-bench" --json \
+  local build=/tmp/ab-build-a; [ "$tree" = b ] && { build=$build_b; envs+=("${b_env[@]}"); }
+  env "${envs[@]}" FLASHCL_CACHE_DIR=/tmp/ab-cache-$tree timeout 60 "$build/tools/flashcl-bench" --json \
     --device "$FLASHCL_TEST_DEVICE" "${args[@]}" 2>>"$out/bench.err" | python3 -c '
 import json, sys
 r = next((json.loads(l) for l in sys.stdin if l.startswith("{")), None)
@@ -75,8 +86,8 @@ for step in "$@"; do
         [ "$(left)" -lt 40 ] && { summary+=$'\n'"test_$t: skipped ($(left) s left)"; continue; }
         name=${t%@*} shape=""; [[ $t == *@* ]] && shape=${t#*@}
         log="$out/test_${name}${shape:+_$shape}.log"
-        FLASHCL_BACKWARD_SHAPE=$shape FLASHCL_CACHE_DIR=/tmp/ab-cache-b timeout $(( $(left) - 20 )) \
-          "/tmp/ab-build-b/tests/test_$name" >"$log" 2>&1
+        env "${b_env[@]}" FLASHCL_BACKWARD_SHAPE=$shape FLASHCL_CACHE_DIR=/tmp/ab-cache-b timeout $(( $(left) - 20 )) \
+          "$build_b/tests/test_$name" >"$log" 2>&1
         summary+=$'\n'"test_$t (rc $?): $(grep -E 'passed, .* failed' "$log" | tail -1)"
         summary+="$(grep -E '^FAIL' "$log" | head -5 | cut -c1-200 | sed 's/^/\n    /')"
       done ;;

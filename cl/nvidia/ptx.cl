@@ -64,20 +64,21 @@ inline uint fcl_pack2(float lo, float hi) {
   return r;
 }
 #else
-/* Float products on tensor cores (3xTF32): each operand x is split into big = tf32(x) (11 significant bits)
-   and small = tf32(x - big), and a b is taken as big_a big_b + big_a small_b + small_a big_b, three TF32
-   products with float accumulators; the dropped small_a small_b is 2^-22 of a b, near float's own rounding
-   (one TF32 product alone is 2^-11: 1000 times float's error). */
-inline uint fcl_tf32(float x) {
-  uint r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
+/* Float products on tensor cores (3xTF32): each operand x is split into big = tf32(x) (11 significant bits,
+   rounded to nearest) and small = x - big, and a b is taken as big_a big_b + big_a small_b + small_a big_b,
+   three TF32 products with float accumulators; the dropped small_a small_b is 2^-22 of a b, near float's own
+   rounding (one TF32 product alone is 2^-11: 1000 times float's error). The tensor cores read a TF32 operand's
+   top 19 bits and ignore the rest, so small goes in as it is (truncated: 2^-21 of x at most) and big is
+   rounded by adding half a TF32 ulp to the bits and clearing the 13 low ones: three instructions a split,
+   where cvt.rna.tf32.f32 twice took seven (it guards non-finite values with a compare and a select). A NaN's
+   big may come out as any value, but its small is x - big, a NaN, so the products stay NaN; infinity gives
+   big = x and small NaN, as cvt.rna does. */
+inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u; }
 #define TF32_SPLIT(big, small, x)                 \
   do {                                            \
     const float x_ = (x);                         \
-    (big) = fcl_tf32(x_);                         \
-    (small) = fcl_tf32(x_ - as_float(big));       \
+    (big) = fcl_tf32_big(x_);                     \
+    (small) = as_uint(x_ - as_float(big));        \
   } while (0)
 /* c (float[4]) += A (m16k8, a0 row g col t, a1 row g+8 col t, a2 row g col t+4, a3 row g+8 col t+4) * B
    (k8n8, b0 row t col g, b1 row t+4 col g), TF32 operands. */
