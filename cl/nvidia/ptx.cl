@@ -71,8 +71,8 @@ inline uint fcl_pack2(float lo, float hi) {
    top 19 bits and ignore the rest, so small goes in as it is (truncated: 2^-21 of x at most) and big is
    rounded by adding half a TF32 ulp to the bits and clearing the 13 low ones: three instructions a split,
    where cvt.rna.tf32.f32 twice took seven (it guards non-finite values with a compare and a select). A NaN's
-   big may come out as any value, but its small is x - big, a NaN, so the products stay NaN; infinity gives
-   big = x and small NaN, as cvt.rna does. */
+   big may come out finite, but its small is x - big, a NaN, so the products stay NaN; infinity gives big = x
+   and small NaN, as cvt.rna does. */
 inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u; }
 #define TF32_SPLIT(big, small, x)                 \
   do {                                            \
