@@ -178,18 +178,36 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
 inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long sn, __local const long *rows,
                           int k0, int nk, int lid) {
   (void)rows;
+#if WG % CH == 0
+  /* A work-item's copies all lie in one 16-byte column cc, RS rows apart: one row pointer a tile and constant
+     steps from it. Written as c / CH and c % CH of c = lid + i WG, the compiler (at 255 registers) worked out
+     a row, a column and a 64-bit address for every copy of every tile (docs/notes-nvidia.md, v21). Offsets
+     within the tile fit an int (the host bounds the row stride). */
+#define RS (WG / CH)
+  const int r0 = lid / CH, cc = lid % CH;
+  __global const store_t *s0 = src + ((long)(k0 + r0) * sn + cc * EPC);
+  __local elem_t *d0 = dst + r0 * DS + cc * EPC;
+#pragma unroll
+  for (int i = 0; i < NCOPY; ++i) {
+    const int r = r0 + i * RS;
+    if (BC % RS == 0 || r < BC) {
+      const bool ok = k0 + r < nk && cc * EPC < D;
+      CP_ASYNC16(d0 + i * RS * DS, ok ? s0 + i * RS * (int)sn : src, ok ? 16 : 0);
+    }
+  }
+#undef RS
+#else
 #pragma unroll
   for (int i = 0; i < NCOPY; ++i) {
     const int c = lid + i * WG;
     if ((BC * CH) % WG == 0 || c < BC * CH) {
       const int r = c / CH, cc = c % CH;
       const bool ok = k0 + r < nk && cc * EPC < D;
-      /* The row offset within the tile fits an int (the host bounds the row stride), which keeps the
-         per-chunk offsets that the compiler hoists out of the key loop at one register each. */
       __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * EPC) : src;
       CP_ASYNC16(dst + r * DS + cc * EPC, s, ok ? 16 : 0);
     }
   }
+#endif
   CP_ASYNC_COMMIT();
 }
 #endif
@@ -492,14 +510,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         mx = fmax(mx, fcl_shfl_xor2(mx));
         /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
         const float mu = mx == -INFINITY ? 0.0f : mx * su;
-        alpha[mt][hr] = native_exp2(m[mt][hr] * su - mu);
+        alpha[mt][hr] = fcl_exp2(m[mt][hr] * su - mu);
         changed |= mx != m[mt][hr];
         m[mt][hr] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-          const float p0 = native_exp2(fma(s[mt][i][2 * hr], su, -mu));
-          const float p1 = native_exp2(fma(s[mt][i][2 * hr + 1], su, -mu));
+          const float p0 = fcl_exp2(fma(s[mt][i][2 * hr], su, -mu));
+          const float p1 = fcl_exp2(fma(s[mt][i][2 * hr + 1], su, -mu));
           s[mt][i][2 * hr] = p0;
           s[mt][i][2 * hr + 1] = p1;
           sum += p0 + p1;

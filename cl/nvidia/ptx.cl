@@ -96,6 +96,16 @@ inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u;
   } while (0)
 #endif
 
+/* 2^x as one MUFU.EX2 instruction. native_exp2 compiles to ex2.approx.f32 without .ftz, which NVIDIA's compiler
+   wraps in a compare and two predicated multiplies to produce subnormal results: four instructions an
+   exponential, on the softmax's critical path. Here results below 2^-126 flush to zero, which changes nothing
+   in a probability summed into a row sum of at least 1 (or rounded to f16/bf16 for P V). */
+inline float fcl_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
 /* 1 when p is non-zero in any lane of the warp. */
 inline int fcl_warp_any(int p) {
   int r;
