@@ -42,7 +42,7 @@ done
 build_b=/tmp/ab-build-b b_env=()
 [ -n "$kdir" ] && { build_b=/tmp/ab-build-a; b_env=("FLASHCL_KERNEL_DIR=$kdir"); rm -rf "$bt"; mkdir -p "$bt";
   ln -s "$kdir" "$bt/cl"; }
-summary="built A and B in $(( $(date +%s) - t_start )) s"
+summary="built $([ -n "$kdir" ] && echo "A (B reads $kdir)" || echo "A and B") in $(( $(date +%s) - t_start )) s"
 
 # bench1 TREE LINE: median ms of one row on a tree, and its plan tag.
 bench1() {

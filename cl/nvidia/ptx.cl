@@ -70,7 +70,7 @@ inline uint fcl_pack2(float lo, float hi) {
    rounding (one TF32 product alone is 2^-11: 1000 times float's error). The tensor cores read a TF32 operand's
    top 19 bits and ignore the rest, so small goes in as it is (truncated: 2^-21 of x at most) and big is
    rounded by adding half a TF32 ulp to the bits and clearing the 13 low ones: three instructions a split,
-   where cvt.rna.tf32.f32 twice took seven (it guards non-finite values with a compare and a select). A NaN's
+   where the split through cvt.rna.tf32.f32 took seven (the conversion guards non-finite values with a compare and a select). A NaN's
    big may come out finite, but its small is x - big, a NaN, so the products stay NaN; infinity gives big = x
    and small NaN, as cvt.rna does. */
 inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u; }
@@ -98,8 +98,8 @@ inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u;
 
 /* 2^x as one MUFU.EX2 instruction. native_exp2 compiles to ex2.approx.f32 without .ftz, which NVIDIA's compiler
    wraps in a compare and two predicated multiplies to produce subnormal results: four instructions an
-   exponential, on the softmax's critical path. Here results below 2^-126 flush to zero, which changes nothing
-   in a probability summed into a row sum of at least 1 (or rounded to f16/bf16 for P V). */
+   exponential, on the softmax's critical path. Here results below 2^-126 flush to zero: such a probability is
+   below float's resolution next to a row sum of at least 1, and its share of O below O's. */
 inline float fcl_exp2(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
