@@ -81,7 +81,9 @@ static const struct {
    head_dim 64, 8 warps and 32-key tiles with Q in registers (7% faster than 4 x 64 not causal, within 2% of
    the best causal); 128, 2 warps and 16-key tiles with Q in local memory, which frees its 64 registers a
    lane (3% faster than 4 warps with Q in registers not causal, equal causal; Q in registers spilled 100 B).
-   The planner declines f32 above head_dim 128. */
+   With the three-instruction TF32 split (v11) 64-key tiles at head_dim 64 (4 or 8 warps) ran 0-8% faster on
+   the six rows timed once each; the default waits for a sweep over more rows. The planner declines f32 above
+   head_dim 128. */
 static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2, 0}, {2, 1, 16, 1, 2, 0}};
 
 /* Then smaller shapes for devices with less local memory, in this order (the first is head_dim 128's default
