@@ -15,25 +15,24 @@ usage: python3 bench/backward_dq_rounding.py [--case B,SQ,SK,HEADS,D] [--seeds F
   default case 2,113,203,4,32 (the grid's b2-113x203-mha-d32-full-float16), seeds 0:200
 """
 import argparse
+import os
+import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "tests"))
+import reference as ref  # noqa: E402  (the tests' float64 reference, NumPy only)
+
 
 def errors(seed, b, sq, sk, heads, d):
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # drawn as test_accuracy.inputs and test_torch draw them
     q, k, v = (rng.standard_normal((b, n, heads, d)).astype(np.float16) for n in (sq, sk, sk))
     do = rng.standard_normal(q.shape).astype(np.float16)
     q, k, v, do = (np.swapaxes(x, 1, 2).astype(np.float64) for x in (q, k, v, do))
     sc = 1.0 / np.sqrt(d)
-    s = q @ np.swapaxes(k, -1, -2) * sc
-    m = s.max(-1, keepdims=True)
-    p = np.exp(s - m)
-    l = p.sum(-1, keepdims=True)
-    lse = m + np.log(l)
-    p /= l
-    o = p @ v
-    dp = do @ np.swapaxes(v, -1, -2)
-    dq = (p * (dp - (do * o).sum(-1, keepdims=True))) @ k * sc
+    o, lse = ref.attention(q, k, v)
+    lse = lse[..., None]
+    dq = ref.attention_grads(q, k, v, do)[0]
 
     def err(x):
         return np.abs(x.astype(np.float16).astype(np.float64) - dq).max()

@@ -24,11 +24,13 @@ budget=${BUDGET:-590}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; date -u; } 2>&1 | tee "$out/device.txt"
 
-# B: the tree without build folders, patched (or, with a kernel folder, A's build reading it).
-bt=/tmp/ab-b; trees="a b"
-if [ -n "$kdir" ]; then trees=a
+# B: the tree without build folders, patched, built into build_b; or, with a kernel folder, A's build reading it
+# (b_env), with $bt/cl pointing at the folder for the verbose step.
+bt=/tmp/ab-b; rm -rf "$bt"; mkdir -p "$bt"
+trees="a b" build_b=/tmp/ab-build-b b_env=()
+if [ -n "$kdir" ]; then
+  trees=a build_b=/tmp/ab-build-a b_env=("FLASHCL_KERNEL_DIR=$kdir"); ln -s "$kdir" "$bt/cl"
 else
-  rm -rf "$bt"; mkdir -p "$bt"
   tar --exclude='./build*' --exclude=./.gpu --exclude=./.git -cf - . | tar -xf - -C "$bt"
   if command -v patch >/dev/null; then (cd "$bt" && patch -p1 -s <"$change")
   else (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$change"); fi || { echo "the patch does not apply"; exit 1; }
@@ -38,10 +40,6 @@ for t in $trees; do
   { cmake -S "$src" -B "/tmp/ab-build-$t" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON &&
     cmake --build "/tmp/ab-build-$t" -j 16; } >"$out/build-$t.log" 2>&1 || { echo "build $t failed"; tail -20 "$out/build-$t.log"; exit 1; }
 done
-# build_b: B's build folder; b_env: what B's runs set.
-build_b=/tmp/ab-build-b b_env=()
-[ -n "$kdir" ] && { build_b=/tmp/ab-build-a; b_env=("FLASHCL_KERNEL_DIR=$kdir"); rm -rf "$bt"; mkdir -p "$bt";
-  ln -s "$kdir" "$bt/cl"; }
 summary="built $([ -n "$kdir" ] && echo "A (B reads $kdir)" || echo "A and B") in $(( $(date +%s) - t_start )) s"
 
 # bench1 TREE LINE: median ms of one row on a tree, and its plan tag.

@@ -10,10 +10,9 @@
  * registers and only the columns after them in the local tile (f16/bf16): less local memory for a few
  * registers, so that a larger work-group's Q tile fits. K and V tiles of BC rows stream through a ring of
  * STAGES local buffers with cp.async, in the order K(0), V(0), K(1), V(1), ...: each is waited for when it
- * is needed and the tile
- * STAGES - 1 further on is issued into the buffer just freed. With two buffers V(j) loads while S = Q K(j)^T
- * is computed and K(j+1) while O += P V(j) is; more keep more bytes in flight for decode, where there is
- * little to compute between the waits.
+ * is needed and the tile STAGES - 1 further on is issued into the buffer just freed. With two buffers V(j)
+ * loads while S = Q K(j)^T is computed and K(j+1) while O += P V(j) is; more keep more bytes in flight for
+ * decode, where there is little to compute between the waits.
  * S is computed and softmaxed in the mma accumulator layout; its rounded probabilities are reused in
  * registers directly as the A operand of P V.
  *
@@ -21,10 +20,10 @@
  * up to the k step (16; 8 for f32), DS local row stride in elements (DP + 8: rows 16 bytes apart modulo 128, so
  * ldmatrix is free of bank conflicts; DP + 4 for f32, see "f32" below), NW, MT, BC, QSMEM, QREG, STAGES. The
  * switches LAZY_RESCALE, MMA_VOLATILE and CAUSAL_FIRST_LONGEST are for measurements (docs/notes-nvidia.md);
- * the library keeps their defaults. The host takes this
- * kernel only when every row of q, k, v and o starts on a 16-byte boundary and scale > 0. Key rows
- * beyond seqlen_k and columns beyond D are zero-filled in local memory (cp.async with source size 0
- * reads nothing); tile rows beyond the problem's are computed on zeros and never written.
+ * the library keeps their defaults. The host takes this kernel only when every row of q, k, v and o starts
+ * on a 16-byte boundary and scale > 0. Key rows beyond seqlen_k and columns beyond D are zero-filled in local
+ * memory (cp.async with source size 0 reads nothing); tile rows beyond the problem's are computed on zeros and
+ * never written.
  *
  * SPLIT 1 (split-KV, common.cl): the launch's first dimension also covers `splits` chunks of whole key tiles
  * of each row block's visible keys (fcl_split_keys, as the portable kernel cuts them); each work-group writes

@@ -70,9 +70,9 @@ inline uint fcl_pack2(float lo, float hi) {
    rounding (one TF32 product alone is 2^-11: 1000 times float's error). The tensor cores read a TF32 operand's
    top 19 bits and ignore the rest, so small goes in as it is (truncated: 2^-21 of x at most) and big is
    rounded by adding half a TF32 ulp to the bits and clearing the 13 low ones: three instructions a split,
-   where the split through cvt.rna.tf32.f32 took seven (the conversion guards non-finite values with a compare and a select). A NaN's
-   big may come out finite, but its small is x - big, a NaN, so the products stay NaN; infinity gives big = x
-   and small NaN, as cvt.rna does. */
+   where the split through cvt.rna.tf32.f32 took seven (the conversion guards non-finite values with a compare
+   and a select). A NaN's big may come out finite, but its small is x - big, a NaN, so the products stay NaN;
+   infinity gives big = x and small NaN, as cvt.rna does. */
 inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u; }
 #define TF32_SPLIT(big, small, x)                 \
   do {                                            \
