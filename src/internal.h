@@ -226,9 +226,10 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, in
 int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                             unsigned flags, const size_t *kernel_wg, fcl_tile_plan *out);
 /* The NVIDIA tensor-core backward: local memory of plan p of kernel `which` (FCL_BWD_DKDV: tr warps of 16
-   owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned query rows, bc keys a tile), and
+   owned keys, bc = 16 tr, br query rows a step; FCL_BWD_DQ: br = 16 tr owned query rows, bc keys a tile) with
+   elements of elem_bytes (4 for f32, else 2), and
    the planner of both kernels (out[2]); kernel_wg is not used, as for the forward. */
-size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which);
+size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int elem_bytes);
 int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                              unsigned flags, const size_t *kernel_wg, fcl_tile_plan out[2]);
 

@@ -40,6 +40,15 @@ static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t e
    rows_aligned((p)->v_stride, (p)->v_offset, (p)->kv_counts, per16) &&             \
    rows_aligned((p)->o_stride, (p)->o_offset, (p)->q_counts, per16))
 
+/* head_dim padded to the k step and the local tiles' row stride, both kernels: f16/bf16 k steps of 16, rows
+   16 bytes apart modulo 128 (ldmatrix reads 8 rows from 8 different bank groups); f32 k steps of 8 (head_dim
+   is a multiple of 8), rows 4 words apart modulo 8 (a warp's 32 float fragment reads fall in 32 banks). */
+static void tile_rows(const fcl_problem *p, fcl_tile_plan *t) {
+  const int f32 = p->dtype == FCL_DTYPE_F32;
+  t->dp = f32 ? ((int)p->d + 7) / 8 * 8 : ((int)p->d + 15) / 16 * 16;
+  t->ds = t->dp + (f32 ? 4 : 8);
+}
+
 /* A plan's tiles fit the device: the compiler keeps 16 bytes of local memory for itself. */
 static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
   return local_bytes + 16 <= caps->local_mem_size && (size_t)wg <= caps->max_work_group_size;
@@ -134,13 +143,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 
   fcl_tile_plan t = *out;
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
-  if (f32) {
-    t.dp = (int)p->d; /* a multiple of the k step, 8 */
-    t.ds = t.dp + 4;  /* 4 words modulo 32: a warp's float reads of Q, K and V fall in 32 banks */
-  } else {
-    t.dp = ((int)p->d + 15) / 16 * 16;
-    t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
-  }
+  tile_rows(p, &t);
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
@@ -225,18 +228,19 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 
 /* ---- The tensor-core backward (cl/nvidia/flash_bwd_mma.cl): dK/dV and dQ ---- */
 
-size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which) {
-  if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds] (2 bytes an element), the second shared with K
-                                  and V [bc][ds] (read into registers before step 1), or when they outgrow it
-                                  but each fits a buffer, K over the second and V over the first; lse and Dvec
-                                  [2][br] */
+size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int elem_bytes) {
+  if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds], the second shared with K and V [bc][ds] (read
+                                  into registers before step 1), or when they outgrow it but each fits a buffer,
+                                  K over the second and V over the first; f32 reads K and V from global memory
+                                  and keeps the two buffers alone; lse and Dvec [2][br] */
     const size_t br = (size_t)p->br, bc = (size_t)p->bc;
-    const size_t rows = bc > br && bc <= 2 * br ? 4 * br : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
-    return rows * (size_t)p->ds * 2 + 4 * br * sizeof(float);
+    const size_t rows = elem_bytes == 4 || (bc > br && bc <= 2 * br) ? 4 * br
+                                                                     : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
+    return rows * (size_t)p->ds * (size_t)elem_bytes + 4 * br * sizeof(float);
   }
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
-  return (kv > o ? kv : o) * 2;
+  return (kv > o ? kv : o) * (size_t)elem_bytes;
 }
 
 /* ---- The tensor-core backward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
@@ -248,8 +252,9 @@ typedef struct nvidia_backward_shape {
 
 /* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group on the
    H200, 16 bytes of it kept by the compiler): dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for
-   16 keys); dQ keeps Q and dO fragments and dQ in registers and streams K, V through two buffers. The first
-   row that applies is taken; the planner has declined head_dims above 128. */
+   16 keys); dQ keeps Q and dO fragments and dQ in registers and streams K, V through two buffers. f32 reads
+   the fragments from global memory at each use (4-byte elements: half the rows a buffer). The first row that
+   applies is taken; the planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
@@ -262,6 +267,12 @@ static const nvidia_backward_default backward_defaults[] = {
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
     {128, {4, 32}, {4, 32}},
 };
+static const nvidia_backward_default backward_defaults_f32[] = {
+    /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
+    {64, {4, 32}, {4, 32}},
+    /* 16-row steps and 16-key tiles (33 KiB each): 32 would need 66 KiB. */
+    {128, {4, 16}, {4, 16}},
+};
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
    2 warps with 32-row steps, head_dim 128's default before v20). */
@@ -269,10 +280,13 @@ static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32}, {2, 16}
                                                                {{4, 16}, {2, 16}, {1, 16}}};
 
 static const nvidia_backward_default *backward_default(const fcl_problem *p) {
-  const size_t n = sizeof backward_defaults / sizeof backward_defaults[0];
+  const int f32 = p->dtype == FCL_DTYPE_F32;
+  const nvidia_backward_default *table = f32 ? backward_defaults_f32 : backward_defaults;
+  const size_t n = f32 ? sizeof backward_defaults_f32 / sizeof backward_defaults_f32[0]
+                       : sizeof backward_defaults / sizeof backward_defaults[0];
   for (size_t i = 0; i < n; ++i)
-    if (p->d <= backward_defaults[i].max_head_dim) return &backward_defaults[i];
-  return &backward_defaults[n - 1];
+    if (p->d <= table[i].max_head_dim) return &table[i];
+  return &table[n - 1];
 }
 
 int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const fcl_problem *p,
@@ -291,7 +305,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   if (caps->vendor != FCL_VENDOR_NVIDIA) DECLINE("tensor-core backward: not an NVIDIA platform");
   if (caps->nv_cc_major < 8)
     DECLINE("tensor-core backward: compute capability %d.%d is below 8.0", caps->nv_cc_major, caps->nv_cc_minor);
-  if (p->dtype != FCL_DTYPE_F16 && p->dtype != FCL_DTYPE_BF16) DECLINE("tensor-core backward: f16 and bf16 only");
+  const int f32 = p->dtype == FCL_DTYPE_F32, elem_bytes = (int)p->elem_size;
   /* 128 accumulator registers of dK and dV a lane at head_dim 128 (16 keys a warp): above it they would spill. */
   if (p->d % 8 != 0 || p->d > 128)
     DECLINE("tensor-core backward: head_dim %lld is not a multiple of 8 up to 128", (long long)p->d);
@@ -302,8 +316,9 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core backward: row stride above 2^22 elements");
   /* d_o, d_q, d_k, d_v share the strides and offsets of o, q, k, v. */
-  if (!ROWS_ALIGNED(p, 8))
-    DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of 8)");
+  if (!ROWS_ALIGNED(p, 16 / elem_bytes))
+    DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of %d)",
+            16 / elem_bytes);
 
   const nvidia_backward_default *first = backward_default(p);
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
@@ -315,8 +330,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     memset(&t, 0, sizeof t);
     t.variant = FCL_VARIANT_NVIDIA_BACKWARD;
     t.head_dim = (int)p->d;
-    t.dp = ((int)p->d + 15) / 16 * 16;
-    t.ds = t.dp + 8; /* rows 16 bytes apart modulo 128: ldmatrix reads 8 rows from 8 different bank groups */
+    tile_rows(p, &t);
     t.tc = 32;
     t.rm = 1;
     t.splits = 1;
@@ -334,16 +348,17 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
         t.br = t.tr * 16;    /* query rows owned */
         t.bc = sh->streamed; /* key rows streamed per tile */
       }
-      t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which);
+      t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which, elem_bytes);
       found = fits(caps, t.local_bytes, t.wg);
       took_forced = found && i == 0;
     }
     if (!found) DECLINE("tensor-core backward: %zu B of local memory is too little", (size_t)caps->local_mem_size);
     if (which == FCL_BWD_DKDV)
       snprintf(t.reason, sizeof t.reason,
-               "tensor-core backward (mma.sync m16n8k16) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
+               "tensor-core backward (mma.sync %s) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
                "%d query rows a step, %zu B local%s",
-               caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br, t.local_bytes,
+               f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br,
+               t.local_bytes,
                took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
       snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,

@@ -89,8 +89,11 @@ void reference_forward(const fcl_attention_desc *desc, const host_mods *m, const
 }
 
 void reference_backward(const fcl_attention_desc *desc, const host_mods *m, const double *q, const double *k,
-                        const double *v, const double *d_o, double *o_out, double *lse_out, int stored_o,
+                        const double *v, const double *d_o, double *o_out, double *lse_out, unsigned flags,
                         double *dq, double *dk, double *dv, double *d_sinks) {
+  const int stored_o = (flags & REF_STORED_O) != 0, mag = (flags & REF_MAGNITUDE) != 0;
+  /* x, or its magnitude in REF_MAGNITUDE */
+#define TERM(x) (mag ? fabs(x) : (x))
   const dims s = get_dims(desc);
   const size_t nq_elems = (size_t)(s.B * s.H * s.Nq * s.D), nk_elems = (size_t)(s.B * s.Hkv * s.Nk * s.D);
   double *o = o_out ? o_out : malloc(nq_elems * sizeof(double));
@@ -112,27 +115,30 @@ void reference_backward(const fcl_attention_desc *desc, const host_mods *m, cons
         const double *oi = o + qo + (size_t)(i * s.D);
         double Di = 0;
         for (long long d = 0; d < s.D; ++d)
-          Di += doi[d] * (stored_o ? (double)round_to_dtype((float)oi[d], desc->dtype) : oi[d]);
+          Di += TERM(doi[d] * (stored_o ? (double)round_to_dtype((float)oi[d], desc->dtype) : oi[d]));
         /* L depends on the sink through the denominator only: dL/dsink = -D_i exp(sink - lse_i). */
-        if (d_sinks && m && m->sinks) d_sinks[h] -= Di * exp(m->sinks[h] - l);
+        if (d_sinks && m && m->sinks && !mag) d_sinks[h] -= Di * exp(m->sinks[h] - l);
         for (long long j = 0; j < s.Nk; ++j) {
           const double *kj = k + ko + (size_t)(j * s.D), *vj = v + ko + (size_t)(j * s.D);
           double g = 1.0;
           const double x = score(&s, m, dot(qi, kj, s.D), b, h, i, j, &g);
           if (x == -INFINITY) continue;
           const double p = exp(x - l);
-          const double ds = p * (dot(doi, vj, s.D) - Di) * g;
+          double dp = 0;
+          for (long long d = 0; d < s.D; ++d) dp += TERM(doi[d] * vj[d]);
+          const double ds = mag ? p * (dp + Di) * fabs(g) : p * (dp - Di) * g;
           double *dkj = dk + ko + (size_t)(j * s.D), *dvj = dv + ko + (size_t)(j * s.D);
           for (long long d = 0; d < s.D; ++d) {
-            dvj[d] += p * doi[d];
-            dkj[d] += s.scale * ds * qi[d];
-            dqi[d] += s.scale * ds * kj[d];
+            dvj[d] += p * TERM(doi[d]);
+            dkj[d] += s.scale * ds * TERM(qi[d]);
+            dqi[d] += s.scale * ds * TERM(kj[d]);
           }
         }
       }
     }
   if (!o_out) free(o);
   if (!lse_out) free(lse);
+#undef TERM
 }
 
 static double loss(const fcl_attention_desc *desc, const host_mods *m, const double *q, const double *k,

@@ -18,11 +18,17 @@ typedef struct host_mods {
 void reference_forward(const fcl_attention_desc *desc, const host_mods *m, const double *q, const double *k,
                        const double *v, double *o, double *lse);
 /* Gradients of L = sum(O * dO) with respect to q, k, v (dk, dv summed over each kv head's group) and, when
-   d_sinks is not NULL, the sinks. o and lse (may be NULL) receive the forward's outputs (o exact). With
-   stored_o, D_i = dO_i . O_i is formed from O rounded to desc's dtype, the O that the library's backward is
-   given: where dS = P (dP - D) cancels, that rounding would otherwise dominate a small gradient's error. */
+   d_sinks is not NULL, the sinks. o and lse (may be NULL) receive the forward's outputs (o exact). flags:
+   REF_STORED_O: D_i = dO_i . O_i is formed from O rounded to desc's dtype, the O that the library's backward
+   is given: where dS = P (dP - D) cancels, that rounding would otherwise dominate a small gradient's error.
+   REF_MAGNITUDE: every sum is taken over the magnitudes of its terms instead (dP_ij and D_i as sums of
+   |products|, dS_ij = P_ij (|dP_ij| + |D_i|) |softcap derivative|, then |q|, |k|, |dO|): the size of what
+   float arithmetic rounds on the way to each gradient, which a gradient that cancels to nearly nothing
+   (dP_ij = D_i: one visible key) does not show. */
+#define REF_STORED_O 1u
+#define REF_MAGNITUDE 2u
 void reference_backward(const fcl_attention_desc *desc, const host_mods *m, const double *q, const double *k,
-                        const double *v, const double *d_o, double *o, double *lse, int stored_o, double *dq,
+                        const double *v, const double *d_o, double *o, double *lse, unsigned flags, double *dq,
                         double *dk, double *dv, double *d_sinks);
 /* Checks reference_backward against central finite differences of L on desc (a tiny shape) with random
    inputs (and random sinks when with_sinks); returns max |fd - analytic| / max(1, max |analytic|) over

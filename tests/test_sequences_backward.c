@@ -124,7 +124,7 @@ static void run_case(test_env *env, const void *arg) {
     g[b].o = malloc(nq * sizeof(double) + 1), g[b].lse = malloc((size_t)H * in.nq[b] * sizeof(double) + 1);
     g[b].dq = malloc(nq * sizeof(double) + 1), g[b].dk = malloc(nk * sizeof(double) + 1);
     g[b].dv = malloc(nk * sizeof(double) + 1);
-    reference_backward(&r.desc, &r.mods, r.q, r.k, r.v, g[b].d_o, g[b].o, g[b].lse, 1, g[b].dq, g[b].dk, g[b].dv,
+    reference_backward(&r.desc, &r.mods, r.q, r.k, r.v, g[b].d_o, g[b].o, g[b].lse, REF_STORED_O, g[b].dq, g[b].dk, g[b].dv,
                        c->mods.sinks ? g[b].d_sinks : NULL);
     seq_reference_free(&r);
   }

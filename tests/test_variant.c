@@ -9,7 +9,7 @@
  *    exactly when the device is NVIDIA with compute capability >= 8.0 (never on other platforms, e.g. PoCL),
  *    and "portable" for unaligned rows, odd head dims, f32 above 128, FCL_FLAG_PORTABLE_ONLY and
  *    FLASHCL_PORTABLE_ONLY=1.
- *    The backward likewise (fcl_plan_nvidia_backward over made-up devices: f16/bf16 up to head_dim 128; and
+ *    The backward likewise (fcl_plan_nvidia_backward over made-up devices: f32, f16 and bf16 up to head_dim 128; and
  *    fcl_describe_plan(FCL_OP_BACKWARD) on the test device).
  * 3. The same cases run through each context against the float64 reference (bounds of forward_check.h), so
  *    the variant that was reported is also the one checked. */
@@ -360,9 +360,9 @@ static void planner_cases(void) {
   }
 }
 
-/* The tensor-core backward's planner over the same made-up devices: f16/bf16 at head_dim 64 and 128 (and every
-   multiple of 8 up to 128) with both kernels' tiles within local memory; declined, with a reason, for f32,
-   head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
+/* The tensor-core backward's planner over the same made-up devices: f32 (3xTF32), f16 and bf16 at head_dim 64
+   and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory; declined, with a
+   reason, for head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
    capability 7.x, paged K/V, and too little local memory. */
 static void backward_planner_cases(void) {
   fcl_device_caps nv;
@@ -374,15 +374,20 @@ static void backward_planner_cases(void) {
   nv.is_gpu = 1;
   fcl_tile_plan t[2];
   for (int d = 8; d <= 128; d += 8)
-    for (int dt = 1; dt <= 2; ++dt) {
+    for (int dt = 0; dt <= 2; ++dt) {
       fcl_problem p = problem(d, (fcl_dtype)dt, 0);
+      /* f32: k steps of 8 and rows 4 words apart modulo 8; f16/bf16: k steps of 16, rows 16 bytes modulo 128. */
+      const int kstep = dt == FCL_DTYPE_F32 ? 8 : 16, pad = dt == FCL_DTYPE_F32 ? 4 : 8;
+      const int eb = dt == FCL_DTYPE_F32 ? 4 : 2;
       int ok = fcl_plan_nvidia_backward(&nv, &no_overrides, &p, 0, NULL, t) == 0;
       for (int w = 0; w < 2 && ok; ++w)
-        ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % 16 == 0 && t[w].ds % 8 == 0 &&
-             t[w].wg == t[w].tr * 32 && (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
+        ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % kstep == 0 &&
+             t[w].ds == t[w].dp + pad && t[w].wg == t[w].tr * 32 &&
+             (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
              (w == FCL_BWD_DKDV ? t[w].br : t[w].bc) % 16 == 0 &&
-             t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w) && t[w].local_bytes + 16 <= nv.local_mem_size &&
-             strlen(t[w].reason) > 0;
+             t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w, eb) &&
+             t[w].local_bytes + 16 <= nv.local_mem_size && strlen(t[w].reason) > 0 &&
+             (dt != FCL_DTYPE_F32 || strstr(t[w].reason, "3xTF32") || w == FCL_BWD_DQ);
       if (!ok || d == 64 || d == 128)
         check(ok, "backward planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, dK/dV %d keys x %d query rows (%zu B), "
               "dQ %d rows x %d keys (%zu B)", dtype_name((fcl_dtype)dt), d, t[0].bc, t[0].br, t[0].local_bytes, t[1].br,
@@ -396,7 +401,7 @@ static void backward_planner_cases(void) {
     fcl_dtype dtype;
     int paged;
   } no[] = {
-      {"f32", FCL_VENDOR_NVIDIA, 9, 0, 64, 0, FCL_DTYPE_F32, 0},
+      {"f32, offset 2 elements (rows not on 16 bytes)", FCL_VENDOR_NVIDIA, 9, 0, 64, 2, FCL_DTYPE_F32, 0},
       {"head_dim 256", FCL_VENDOR_NVIDIA, 9, 0, 256, 0, FCL_DTYPE_F16, 0},
       {"head_dim 136", FCL_VENDOR_NVIDIA, 9, 0, 136, 0, FCL_DTYPE_BF16, 0},
       {"head_dim 60", FCL_VENDOR_NVIDIA, 9, 0, 60, 0, FCL_DTYPE_F16, 0},
@@ -433,8 +438,8 @@ static void backward_planner_cases(void) {
     p = problem(small_dims[i], FCL_DTYPE_BF16, 0);
     r = fcl_plan_nvidia_backward(&small, &no_overrides, &p, 0, NULL, t);
     check(r == 0 && t[0].local_bytes + 16 <= small.local_mem_size && t[1].local_bytes + 16 <= small.local_mem_size &&
-              t[0].local_bytes == fcl_nvidia_backward_local_bytes(&t[0], FCL_BWD_DKDV) &&
-              t[1].local_bytes == fcl_nvidia_backward_local_bytes(&t[1], FCL_BWD_DQ),
+              t[0].local_bytes == fcl_nvidia_backward_local_bytes(&t[0], FCL_BWD_DKDV, 2) &&
+              t[1].local_bytes == fcl_nvidia_backward_local_bytes(&t[1], FCL_BWD_DQ, 2),
           "backward planner: 24 KiB local memory, head_dim %d: dK/dV %d warps, %zu B; dQ %d warps, %zu B", small_dims[i],
           t[0].tr, t[0].local_bytes, t[1].tr, t[1].local_bytes);
   }
@@ -546,7 +551,11 @@ int main(void) {
     expect_backward(env.fcl, "default", dims[i], FCL_DTYPE_F16, 0, mma);
     expect_backward(env.fcl, "default", dims[i], FCL_DTYPE_BF16, 0, mma);
   }
-  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 0, 0);
+  /* f32 as 3xTF32 up to head_dim 128, with rows on 16 bytes (4 floats). */
+  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 0, mma);
+  expect_backward(env.fcl, "default", 128, FCL_DTYPE_F32, 0, mma);
+  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 4, mma);
+  expect_backward(env.fcl, "default", 64, FCL_DTYPE_F32, 2, 0);
   expect_backward(env.fcl, "default", 64, FCL_DTYPE_F16, 3, 0);
   expect_backward(env.fcl, "default", 256, FCL_DTYPE_F16, 0, 0);
   /* f32 as 3xTF32 up to head_dim 128, with rows on 16 bytes (4 floats). */

@@ -13,7 +13,7 @@
 #   compare  bench/compare_torch.py --backward: f16/bf16, d=64/128, N=1024,4096, causal and not, B=4 H=16,
 #            beside PyTorch SDPA's flash, efficient and cuDNN backwards
 #   tests_off test_backward and test_sequences_backward with FLASHCL_PORTABLE_ONLY=1
-#   alone    (not in the default) where the time goes: f16, B=4, H=16, N=4096, d=64/128, causal and not, the
+#   alone    (not in the default) where the time goes: f16 (or ALONE_DTYPE), B=4, H=16, N=4096, d=64/128, causal and not, the
 #            whole backward and then with the dK/dV or the dQ kernel returning at once (copies of cl/ through
 #            FLASHCL_KERNEL_DIR); each kernel's time is the whole less the run without it
 set -uo pipefail
@@ -107,10 +107,11 @@ PY
       "$b/tools/flashcl-bench" --json --device H200 "$@" 2>>"$out/alone.err" |
       python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin if l.startswith("{")]; print("%.3f" % r[0]["median_ms"] if r and r[0].get("status") == "ok" else "failed")'
   }
-  summary+=$'\n'"alone: d causal | whole | without dK/dV | without dQ (ms, f16, B=4 H=16 N=4096, two rounds)"
+  adt=${ALONE_DTYPE:-f16}
+  summary+=$'\n'"alone: d causal | whole | without dK/dV | without dQ (ms, $adt, B=4 H=16 N=4096, two rounds)"
   for d in 64 128; do
     for causal in "" --causal; do
-      row=(--batch 4 --heads 16 --dtype f16 --head-dim $d --seqlen 4096 --layout bnhd --impl backward --iters 10 --warmup 2 $causal)
+      row=(--batch 4 --heads 16 --dtype $adt --head-dim $d --seqlen 4096 --layout bnhd --impl backward --iters 10 --warmup 2 $causal)
       line="$d ${causal:-no}"
       for r in 1 2; do
         line+=" | $(bench_ms "" "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dkdv_mma "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dq_mma "${row[@]}")"

@@ -1,17 +1,22 @@
 #!/bin/bash
 # Every define combination fcl_plan_nvidia_backward can emit for cl/nvidia/flash_bwd_mma.cl on a 48 KiB device,
-# through bench/nv_dev/ptx_check.sh (clang 15 -> PTX -> ptxas -arch=sm_90 -v; no GPU needed): f16/bf16 x
+# through bench/nv_dev/ptx_check.sh (clang 15 -> PTX -> ptxas -arch=sm_90 -v; no GPU needed): f32/f16/bf16 x
 # head_dim 40/64/96/128 x both kernels with the planner's shape for that head_dim x no modifier / causal /
 # window+softcap+ALiBi+f16 mask+sinks x dense / packed sequences (VARLEN_Q, KV 1, SEQLENS_K).
-# usage: bash bench/nv_dev/ptx_check_bwd.sh [OUT_DIR]   (one line a build; a FAIL count last; exit 1 on a FAIL)
+# usage: [DTYPES="0 1 2"] bash bench/nv_dev/ptx_check_bwd.sh [OUT_DIR]   (one line a build; a FAIL count last; exit 1 on a FAIL)
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=${1:-/tmp/ptx_check_bwd}; mkdir -p "$out"
 fails=0 n=0
-for dt in 1 2; do
+for dt in ${DTYPES:-0 1 2}; do
   for d in 40 64 96 128; do
-    dp=$(( (d + 15) / 16 * 16 )); ds=$(( dp + 8 ))
-    if [ "$d" -le 64 ]; then shapes=("1 4 64" "2 4 64"); else shapes=("1 2 32" "2 4 32"); fi
+    if [ "$dt" = 0 ]; then
+      dp=$(( (d + 7) / 8 * 8 )); ds=$(( dp + 4 ))
+      if [ "$d" -le 64 ]; then shapes=("1 4 32" "2 4 32"); else shapes=("1 4 16" "2 4 16"); fi
+    else
+      dp=$(( (d + 15) / 16 * 16 )); ds=$(( dp + 8 ))
+      if [ "$d" -le 64 ]; then shapes=("1 4 64" "2 4 64"); else shapes=("1 4 32" "2 4 32"); fi
+    fi
     for sh in "${shapes[@]}"; do
       set -- $sh
       for mods in "-DWINDOW=0" "-DWINDOW=1" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1"; do

@@ -86,7 +86,7 @@ for step in "$@"; do
         if [ "$1" = 128 ]; then shapes=${BACKWARD_SHAPES:-"default 4,16,4,32 2,32,8,32 2,32,2,32"}
         else shapes=${BACKWARD_SHAPES:-"default 4,32,4,64 4,64,8,64 4,64,2,64"}; fi
         for sh in $shapes; do
-          echo "backward f16 d=$1 N=$2 $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 --dtype f16 \
+          echo "backward ${BACKWARD_DTYPE:-f16} d=$1 N=$2 $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 --dtype ${BACKWARD_DTYPE:-f16} \
             --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2)"
         done
       done ;;

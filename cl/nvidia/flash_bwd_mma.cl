@@ -56,23 +56,34 @@
 
 #define WG (NW * 32)
 #define BM (NW * 16) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp */
-#define KT (DP / 16) /* k steps over the head dimension */
-#define NT (BN / 8)  /* n8 tiles of S over the streamed rows */
-#define PT (BN / 16) /* k steps over the streamed rows */
-#define OT (DP / 8)  /* n8 tiles of the gradient accumulators */
-#define CH (DP / 8)  /* 16-byte chunks in a row of a tile */
-#if DP % 16 != 0 || BN % 16 != 0 || D > DP || DS % 8 != 0 || D % 8 != 0
+#if DTYPE == 0
+typedef float elem_t; /* an element of a local tile */
+#define EPC 4         /* elements in 16 bytes */
+#define KSTEP 8       /* the k step of an mma (m16n8k8) */
+#define PA_REGS 8     /* registers of an A fragment made of accumulators: TF32 big and small parts */
+#else
+typedef ushort elem_t;
+#define EPC 8
+#define KSTEP 16
+#define PA_REGS 4
+#endif
+#define KT (DP / KSTEP) /* k steps over the head dimension */
+#define NT (BN / 8)     /* n8 tiles of S over the streamed rows */
+#define PT (BN / KSTEP) /* k steps over the streamed rows */
+#define OT (DP / 8)     /* n8 tiles of the gradient accumulators */
+#define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
+#if DP % KSTEP != 0 || BN % 16 != 0 || D > DP || DS % EPC != 0 || D % 8 != 0
 #error "flash_bwd_mma: inconsistent tile defines"
 #endif
 #define SCORE_MODS (SOFTCAP || ALIBI || MASK)
 
 /* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
    The row offset within the tile fits an int (the host bounds the row stride by 2^22). */
-inline void fcl_load_rows(__local ushort *dst, __global const store_t *src, long sn, int r0, int rows, int n, int lid) {
+inline void fcl_load_rows(__local elem_t *dst, __global const store_t *src, long sn, int r0, int rows, int n, int lid) {
   for (int c = lid; c < rows * CH; c += WG) {
     const int r = c / CH, cc = c % CH;
-    const bool ok = r0 + r < n && cc * 8 < D;
-    CP_ASYNC16(dst + r * DS + cc * 8, ok ? src + (long)r0 * sn + (r * (int)sn + cc * 8) : src, ok ? 16 : 0);
+    const bool ok = r0 + r < n && cc * EPC < D;
+    CP_ASYNC16(dst + r * DS + cc * EPC, ok ? src + (long)r0 * sn + (r * (int)sn + cc * EPC) : src, ok ? 16 : 0);
   }
 }
 
@@ -105,6 +116,7 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
     }                                                                                               \
   } while (0)
 
+#if DTYPE != 0
 /* Per-lane ldmatrix offsets (elements) within a tile of row stride DS. A operand (no transpose, rows of the
    warp's 16): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
    B operand from rows that are the n dimension (no transpose): (n 0-7, k 0-7), (n 0-7, k 8-15),
@@ -113,6 +125,12 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
 #define A_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
 #define BN_LANE(lane) ((((lane) & 7) + ((lane) >> 4) * 8) * DS + (((lane) >> 3) & 1) * 8)
 #define BK_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
+/* A tile as the products take it: its shared-window byte address; TILE_AT moves it by elements. */
+typedef uint tile_ref;
+#define TILE_REF(p) SMEM_ADDR(p)
+#define TILE_AT(r, elems) ((r) + (uint)(elems) * 2u)
+/* Two accumulator values rounded to the storage type at p (4-byte aligned). */
+#define STORE_PAIR(p, lo, hi) (*(__local uint *)(p) = fcl_pack2((lo), (hi)))
 
 /* acc = A (m16: fragments a of the warp's 16 rows over DP, in registers) times the BN streamed rows at b_addr,
    transposed, over DP: S^T = K Q^T and dP^T = V dO^T, whose B rows are the n dimension. Addresses are
@@ -163,6 +181,88 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
   }
 }
 
+#else /* DTYPE 0: float tiles, m16n8k8 TF32 products (3xTF32, ptx.cl) */
+/* Per-lane offsets (elements) of the float fragments within a tile of row stride DS = DP + 4 (4 modulo 8 words,
+   so that the 32 words a warp reads in either pattern below fall in 32 banks). The A operand (m16k8: a0 row
+   g, column t; a1 row g + 8; a2, a3 four columns on) comes from global memory (fcl_arows below); the B
+   operand from rows that are the n dimension (b0 row g, column t; b1 four columns on) starts at row g, column
+   t. The B operand from rows that are the k
+   dimension starts at row 2t, column g: an 8-row k step's rows are taken in the order 0 2 4 6 1 3 5 7 (k = t
+   is row 2t, k = t + 4 row 2t + 1), so the accumulator of n8 tile i is, as it stands, the A fragment of k step
+   i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), as flash_fwd_mma.cl takes P for P V. */
+#define BN_LANE(lane) (((lane) >> 2) * DS + ((lane) & 3))
+#define BK_LANE(lane) (2 * ((lane) & 3) * DS + ((lane) >> 2))
+typedef __local const float *tile_ref;
+#define TILE_REF(p) (p)
+#define TILE_AT(r, elems) ((r) + (elems))
+#define STORE_PAIR(p, lo, hi) (*(__local float2 *)(p) = (float2)((lo), (hi)))
+/* Inlined however large their unrolled loops make them, so that the fragment arrays stay registers. */
+#define FCL_ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* The A operand of the warp's 16 rows over DP, read from global memory (through L1) at each use: the lane's
+   rows g and g + 8 at column t. Held in registers, as the f16/bf16 kernels hold theirs, K and V (or Q and dO)
+   would take 4 DP registers a lane beside the 4 DP of the accumulators: 256 at head_dim 64, twice that at
+   128. */
+typedef struct {
+  __global const float *r0, *r1;
+} fcl_arows;
+
+/* acc = A (rows a, split at each k step) times the BN streamed rows at b, transposed, over DP: S^T = K Q^T,
+   dP^T = V dO^T, S = Q K^T, dP = dO V^T. */
+FCL_ALWAYS_INLINE void fcl_mma_abt(float acc[NT][4], fcl_arows a, tile_ref b) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    uint ab[4], as[4];
+    TF32_SPLIT(ab[0], as[0], a.r0[kk * 8]);
+    TF32_SPLIT(ab[1], as[1], a.r1[kk * 8]);
+    TF32_SPLIT(ab[2], as[2], a.r0[kk * 8 + 4]);
+    TF32_SPLIT(ab[3], as[3], a.r1[kk * 8 + 4]);
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      uint bb0, bs0, bb1, bs1;
+      TF32_SPLIT(bb0, bs0, b[i * 8 * DS + kk * 8]);
+      TF32_SPLIT(bb1, bs1, b[i * 8 * DS + kk * 8 + 4]);
+      MMA3(acc[i], ab, as, bb0, bb1, bs0, bs1);
+    }
+  }
+}
+
+/* acc += A (a[kt]: big parts, then small parts) times the streamed tile at b (rows as k, BK_LANE offsets):
+   dV += P^T dO, dK += dS^T Q, dQ += dS K. Each n8 tile sums the step's products in fresh accumulators and adds
+   them to acc in float arithmetic: the tensor cores' own additions are not rounded to nearest, and chained
+   over thousands of rows their error would grow with the sequence, as it did in the forward
+   (docs/notes-portable.md v10). */
+FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][PA_REGS], tile_ref b) {
+#pragma unroll
+  for (int n = 0; n < OT; ++n) {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kt = 0; kt < PT; ++kt) {
+      uint bb0, bs0, bb1, bs1;
+      TF32_SPLIT(bb0, bs0, b[kt * 8 * DS + n * 8]);
+      TF32_SPLIT(bb1, bs1, b[kt * 8 * DS + DS + n * 8]);
+      MMA3(c, a[kt], a[kt] + 4, bb0, bb1, bs0, bs1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] += c[e];
+  }
+}
+
+/* Accumulators s of n8 tile kt as the A fragment of k step kt, split into TF32 parts (big in a[kt][0..3],
+   small in a[kt][4..7]). */
+FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
+#pragma unroll
+  for (int kt = 0; kt < PT; ++kt) {
+    TF32_SPLIT(a[kt][0], a[kt][4], s[kt][0]);
+    TF32_SPLIT(a[kt][1], a[kt][5], s[kt][2]);
+    TF32_SPLIT(a[kt][2], a[kt][6], s[kt][1]);
+    TF32_SPLIT(a[kt][3], a[kt][7], s[kt][3]);
+  }
+}
+#endif
+
 #if MMA_KIND == 1
 
 /* Local memory: two step buffers, each Q then dO [BN][DS] (the step's buffer and the next one's); K and V
@@ -176,9 +276,13 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
    When K and V together outgrow the second buffer but each fits one buffer (BN < BM <= 2 BN: 4 warps, 32-row
    steps), K goes over the second buffer and V over the first, and step 0's rows are loaded only once every
    warp has read its V fragments: one load latency more a work-group, for twice the keys a step's rows are
-   copied for within 48 KiB. */
-#define KV_OVER_BOTH (BM > BN && BM <= 2 * BN)
-#define SMEM (KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
+   copied for within 48 KiB.
+   f32 (DTYPE 0) reads its K and V fragments from global memory at each step (fcl_arows) and writes dK and dV
+   from the registers, so its local memory is the two step buffers alone. */
+#define KV_LOCAL (DTYPE != 0)
+#define KV_OVER_BOTH (KV_LOCAL && BM > BN && BM <= 2 * BN)
+#define SMEM                                                                                     \
+  (!KV_LOCAL ? 4 * BN * DS : KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -190,12 +294,12 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
                         long v_off, long v_sb, long v_sh, long v_sn,
                         long o_off, long o_sb, long o_sh, long o_sn,
                         int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
-  __local uint4 smem[SMEM / 8]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the 16-byte stores */
+  __local uint4 smem[SMEM / EPC]; /* uint4: 16-byte aligned for cp.async, ldmatrix and the 16-byte stores */
   __local float Ls[2][BN], Dl[2][BN];
-  __local ushort *Qs = (__local ushort *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
-  __local ushort *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
-  __local ushort *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
-  __local ushort *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
+  __local elem_t *Qs = (__local elem_t *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
+  __local elem_t *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
+  __local elem_t *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
+  __local elem_t *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -225,9 +329,11 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const int qtiles = poisoned || k0 >= nk || q_end <= q_begin ? 0 : (q_end - q_begin + BN - 1) / BN;
   const int nsteps = qtiles * group;
 
+#if KV_LOCAL
   fcl_load_rows(Ks, k + kbase, k_sn, k0, BM, nk, lid);
   fcl_load_rows(Vs, v + vbase, v_sn, k0, BM, nk, lid);
   CP_ASYNC_COMMIT();
+#endif
   /* Step s's Q and dO rows into buffer s & 1 (one commit group), and its rows' lse and Dvec. */
 #define STEP_LOAD(s_)                                                                                  \
   do {                                                                                               \
@@ -253,10 +359,17 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
   const float qk_scale = scale * FCL_LOG2E;
   const int wrow = warp * 16;
-  const uint k_a = SMEM_ADDR(Ks + wrow * DS + A_LANE(lane)), v_a = SMEM_ADDR(Vs + wrow * DS + A_LANE(lane));
-  const uint q_n = SMEM_ADDR(Qs + BN_LANE(lane)), o_n = SMEM_ADDR(dOs + BN_LANE(lane));
-  const uint q_k = SMEM_ADDR(Qs + BK_LANE(lane)), o_k = SMEM_ADDR(dOs + BK_LANE(lane));
+  const tile_ref q_n = TILE_REF(Qs + BN_LANE(lane)), o_n = TILE_REF(dOs + BN_LANE(lane));
+  const tile_ref q_k = TILE_REF(Qs + BK_LANE(lane)), o_k = TILE_REF(dOs + BK_LANE(lane));
 
+#if !KV_LOCAL
+  /* The lane's two key rows of K and V (rows past nk read row nk - 1: their entries are hidden, and a block
+     with no key below nk has no steps). */
+  const int kr0 = max(min(k0 + wrow + g, nk - 1), 0), kr1 = max(min(k0 + wrow + g + 8, nk - 1), 0);
+  const fcl_arows kf = {k + kbase + (long)kr0 * k_sn + t, k + kbase + (long)kr1 * k_sn + t};
+  const fcl_arows vf = {v + vbase + (long)kr0 * v_sn + t, v + vbase + (long)kr1 * v_sn + t};
+#else
+  const tile_ref k_a = TILE_REF(Ks + wrow * DS + A_LANE(lane)), v_a = TILE_REF(Vs + wrow * DS + A_LANE(lane));
   /* The warp's K and V fragments, read once: the steps' products read only Q and dO from local memory, and the
      K, V tiles' space is free for step 1's buffer once every warp has passed the first step's barrier. */
   uint kf[KT][4], vf[KT][4];
@@ -268,12 +381,13 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its V fragments out of the first buffer */
   if (nsteps > 0) STEP_LOAD(0);
 #endif
+#endif
 
   for (int st = 0; st < nsteps; ++st) {
     const int hg = st / qtiles, h = hk * group + hg;
     const int q0 = q_begin + (st % qtiles) * BN;
     (void)h; /* the head matters to the mask layer only with ALiBi or a mask (HMODS) */
-    const uint boff = (uint)((st & 1) * STEP_ELEMS * 2); /* bytes to this step's buffer */
+    const int boff = (st & 1) * STEP_ELEMS; /* elements to this step's buffer */
     CP_ASYNC_WAIT_ALL();          /* this step's Q, dO have landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (step st - 1, or
                                      at st = 0 the K, V tiles over it) */
@@ -281,8 +395,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
     /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
     float dp[NT][4], s[NT][4];
-    fcl_mma_abt(dp, vf, o_n + boff);
-    fcl_mma_abt(s, kf, q_n + boff);
+    fcl_mma_abt(dp, vf, TILE_AT(o_n, boff));
+    fcl_mma_abt(s, kf, TILE_AT(q_n, boff));
 
     /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
        through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
@@ -319,13 +433,13 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
           dp[i][e] = p * (dp[i][e] - Dl[buf][c]);
         }
     }
-    uint pa[PT][4], da[PT][4];
+    uint pa[PT][PA_REGS], da[PT][PA_REGS];
     fcl_pack_a(pa, s);
     fcl_pack_a(da, dp);
 
     /* dV += P^T dO, dK += dS^T Q. */
-    fcl_mma_ab(dv, pa, o_k + boff);
-    fcl_mma_ab(dk, da, q_k + boff);
+    fcl_mma_ab(dv, pa, TILE_AT(o_k, boff));
+    fcl_mma_ab(dk, da, TILE_AT(q_k, boff));
   }
 
   /* Which of the lane's two key rows hold a non-finite accumulator (a NaN or inf reached them as 0 * x from a
@@ -342,8 +456,24 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     bad[hr] |= as_int(fcl_shfl_xor2(as_float(bad[hr])));
   }
 
-  /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item; the accumulators
-     end here (the recomputation below then has the registers of a row at a time). */
+  /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item (f32: straight
+     from the registers, 8 bytes a work-item, 32 bytes a quad); the accumulators end here (the recomputation
+     below then has the registers of a row at a time). */
+#if KV_LOCAL
+#define OUT_KV(rl, c, kx, ky, vx, vy)                \
+  do {                                               \
+    STORE_PAIR(Ks + (rl) * DS + (c), kx, ky);        \
+    STORE_PAIR(Vs + (rl) * DS + (c), vx, vy);        \
+  } while (0)
+#else
+#define OUT_KV(rl, c, kx, ky, vx, vy)                                                              \
+  do {                                                                                             \
+    if (k0 + (rl) < seq.k_rows && (c) < D) {                                                       \
+      *(__global float2 *)(d_k + kbase + (long)(k0 + (rl)) * k_sn + (c)) = (float2)((kx), (ky));   \
+      *(__global float2 *)(d_v + vbase + (long)(k0 + (rl)) * v_sn + (c)) = (float2)((vx), (vy));   \
+    }                                                                                              \
+  } while (0)
+#endif
   CP_ASYNC_WAIT_ALL();          /* nothing is in flight by now (every copy was waited for in or before the
                                    loop); kept so that reusing the tiles does not rest on that */
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
@@ -352,15 +482,14 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   for (int hr = 0; hr < 2; ++hr) {
     const int rl = wrow + g + hr * 8;
 #pragma unroll
-    for (int i = 0; i < OT; ++i) {
-      *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks);
-      *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(dv[i][2 * hr] * vs, dv[i][2 * hr + 1] * vs);
-    }
+    for (int i = 0; i < OT; ++i)
+      OUT_KV(rl, i * 8 + 2 * t, dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks, dv[i][2 * hr] * vs,
+             dv[i][2 * hr + 1] * vs);
   }
 
   /* Rows with a non-finite accumulator again in float32, over the same query rows of every head of the group,
      adding p dO and dS Q only where p != 0, as flash_bwd.cl does: slow, and taken only for non-finite inputs.
-     Each lane rewrites its own columns of the row in the tiles. */
+     Each lane rewrites its own columns of the row. */
   if (fcl_warp_any(bad[0] | bad[1])) {
     for (int hr = 0; hr < 2; ++hr) {
       if (!bad[hr]) continue;
@@ -396,21 +525,22 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
         }
       }
 #pragma unroll
-      for (int i = 0; i < OT; ++i) {
-        *(__local uint *)(Ks + rl * DS + i * 8 + 2 * t) = fcl_pack2(fk[i][0] * ks, fk[i][1] * ks);
-        *(__local uint *)(Vs + rl * DS + i * 8 + 2 * t) = fcl_pack2(fv[i][0] * vs, fv[i][1] * vs);
-      }
+      for (int i = 0; i < OT; ++i)
+        OUT_KV(rl, i * 8 + 2 * t, fk[i][0] * ks, fk[i][1] * ks, fv[i][0] * vs, fv[i][1] * vs);
     }
   }
+#if KV_LOCAL
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int c = lid; c < BM * CH; c += WG) {
     const int r = c / CH, cc = c % CH;
     const int key = k0 + r;
-    if (key < seq.k_rows && cc * 8 < D) {
-      *(__global uint4 *)(d_k + kbase + (long)key * k_sn + cc * 8) = *(__local const uint4 *)(Ks + r * DS + cc * 8);
-      *(__global uint4 *)(d_v + vbase + (long)key * v_sn + cc * 8) = *(__local const uint4 *)(Vs + r * DS + cc * 8);
+    if (key < seq.k_rows && cc * EPC < D) {
+      *(__global uint4 *)(d_k + kbase + (long)key * k_sn + cc * EPC) = *(__local const uint4 *)(Ks + r * DS + cc * EPC);
+      *(__global uint4 *)(d_v + vbase + (long)key * v_sn + cc * EPC) = *(__local const uint4 *)(Vs + r * DS + cc * EPC);
     }
   }
+#endif
+#undef OUT_KV
 #undef LBASE
 #undef STEP_LOAD
 #undef HMODS
@@ -434,9 +564,9 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
                       long v_off, long v_sb, long v_sh, long v_sn,
                       long o_off, long o_sb, long o_sh, long o_sn,
                       int num_heads, int group, int nq_max, int nk_max, float scale, FCL_MOD_ARGS, FCL_SEQ_ARGS) {
-  __local uint4 smem[SMEM / 8];
-  __local ushort *Ks = (__local ushort *)smem; /* [2][BN][DS] */
-  __local ushort *Vs = Ks + 2 * BN * DS;      /* [2][BN][DS] */
+  __local uint4 smem[SMEM / EPC];
+  __local elem_t *Ks = (__local elem_t *)smem; /* [2][BN][DS] */
+  __local elem_t *Vs = Ks + 2 * BN * DS;      /* [2][BN][DS] */
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -473,14 +603,21 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     CP_ASYNC_COMMIT();
   }
 
+  const int wrow = warp * 16;
+  const int r0 = q0 + wrow + g, r1 = r0 + 8; /* the lane's two query rows */
+#if DTYPE == 0
+  /* Q and dO rows from global memory at each tile (fcl_arows). A row past nq reads row nq - 1 and takes lse
+     +inf, so its P and dS are 0 (it is never written). */
+  const fcl_arows qa = {q + qbase + (long)min(r0, nq - 1) * q_sn + t, q + qbase + (long)min(r1, nq - 1) * q_sn + t};
+  const fcl_arows oa = {d_o + obase + (long)min(r0, nq - 1) * o_sn + t,
+                        d_o + obase + (long)min(r1, nq - 1) * o_sn + t};
+  const float Ltail = INFINITY;
+#else
   /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. Rows beyond nq
-     are zeros. The lane's two rows' lse (log2 units) and Dvec. */
-  const int wrow = warp * 16;
+     are zeros. */
   uint qa[KT][4], oa[KT][4];
-  float Lr[2], Dr[2];
   {
-    const int r0 = q0 + wrow + g, r1 = r0 + 8;
     __global const store_t *p0 = q + qbase + (long)r0 * q_sn, *p1 = q + qbase + (long)r1 * q_sn;
     __global const store_t *o0 = d_o + obase + (long)r0 * o_sn, *o1 = d_o + obase + (long)r1 * o_sn;
 #pragma unroll
@@ -495,11 +632,15 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       oa[kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(o0 + c1) : 0u;
       oa[kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(o1 + c1) : 0u;
     }
-    Lr[0] = r0 < nq ? lse[lbase + r0] * FCL_LOG2E : 0.0f;
-    Lr[1] = r1 < nq ? lse[lbase + r1] * FCL_LOG2E : 0.0f;
-    Dr[0] = r0 < nq ? dvec[lbase + r0] : 0.0f;
-    Dr[1] = r1 < nq ? dvec[lbase + r1] : 0.0f;
   }
+  const float Ltail = 0.0f;
+#endif
+  /* The lane's two rows' lse (log2 units) and Dvec. */
+  float Lr[2], Dr[2];
+  Lr[0] = r0 < nq ? lse[lbase + r0] * FCL_LOG2E : Ltail;
+  Lr[1] = r1 < nq ? lse[lbase + r1] * FCL_LOG2E : Ltail;
+  Dr[0] = r0 < nq ? dvec[lbase + r0] : 0.0f;
+  Dr[1] = r1 < nq ? dvec[lbase + r1] : 0.0f;
 
   float acc[OT][4];
 #pragma unroll
@@ -507,16 +648,16 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
   const float qk_scale = scale * FCL_LOG2E;
-  const uint k_n = SMEM_ADDR(Ks + BN_LANE(lane)), v_n = SMEM_ADDR(Vs + BN_LANE(lane));
-  const uint k_k = SMEM_ADDR(Ks + BK_LANE(lane));
+  const tile_ref k_n = TILE_REF(Ks + BN_LANE(lane)), v_n = TILE_REF(Vs + BN_LANE(lane));
+  const tile_ref k_k = TILE_REF(Ks + BK_LANE(lane));
 
   for (int j = 0; j < ntiles; ++j) {
     const int kc = kv_begin + j * BN;
-    const uint boff = (uint)((j & 1) * BN * DS * 2);
+    const int boff = (j & 1) * BN * DS; /* elements to this tile's buffer */
     CP_ASYNC_WAIT_ALL();          /* K(j), V(j) have landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (tile j - 1) */
     if (j + 1 < ntiles) {
-      const uint nb = (uint)(((j + 1) & 1) * BN * DS);
+      const int nb = ((j + 1) & 1) * BN * DS;
       fcl_load_rows(Ks + nb, kh, k_sn, kc + BN, BN, nk, lid);
       fcl_load_rows(Vs + nb, vh, v_sn, kc + BN, BN, nk, lid);
       CP_ASYNC_COMMIT();
@@ -524,6 +665,10 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 
     /* dP = dO V^T, S = Q K^T. */
     float dp[NT][4], s[NT][4];
+#if DTYPE == 0
+    fcl_mma_abt(dp, oa, TILE_AT(v_n, boff));
+    fcl_mma_abt(s, qa, TILE_AT(k_n, boff));
+#else
 #pragma unroll
     for (int i = 0; i < NT; ++i)
 #pragma unroll
@@ -533,13 +678,14 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint b0, b1, b2, b3;
-        LDSM_X4(b0, b1, b2, b3, v_n + boff + (uint)((np * 16 * DS + kk * 16) * 2));
+        LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n, boff + np * 16 * DS + kk * 16));
         MMA(dp[2 * np], oa[kk], b0, b1);
         MMA(dp[2 * np + 1], oa[kk], b2, b3);
-        LDSM_X4(b0, b1, b2, b3, k_n + boff + (uint)((np * 16 * DS + kk * 16) * 2));
+        LDSM_X4(b0, b1, b2, b3, TILE_AT(k_n, boff + np * 16 * DS + kk * 16));
         MMA(s[2 * np], qa[kk], b0, b1);
         MMA(s[2 * np + 1], qa[kk], b2, b3);
       }
+#endif
 
     /* dS in place of S (P is not needed further here). */
     if (SCORE_MODS || fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {
@@ -562,10 +708,10 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
           s[i][e] = p * (dp[i][e] - Dr[e >> 1]);
         }
     }
-    uint da[PT][4];
+    uint da[PT][PA_REGS];
     fcl_pack_a(da, s);
     /* dQ += dS K. */
-    fcl_mma_ab(acc, da, k_k + boff);
+    fcl_mma_ab(acc, da, TILE_AT(k_k, boff));
   }
 
   /* Non-finite accumulators: the affected rows of the warp again in float32 over the same keys, adding dS K
@@ -609,21 +755,21 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   /* dQ (scaled) through local memory, so the global writes are 16 bytes a work-item. */
   CP_ASYNC_WAIT_ALL();
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the K and V tiles */
-  __local ushort *Qs = Ks;
+  __local elem_t *Qs = Ks;
   const float qs = seq.bad ? NAN : scale;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int rl = wrow + g + hr * 8;
 #pragma unroll
     for (int i = 0; i < OT; ++i)
-      *(__local uint *)(Qs + rl * DS + i * 8 + 2 * t) = fcl_pack2(acc[i][2 * hr] * qs, acc[i][2 * hr + 1] * qs);
+      STORE_PAIR(Qs + rl * DS + i * 8 + 2 * t, acc[i][2 * hr] * qs, acc[i][2 * hr + 1] * qs);
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int c = lid; c < BM * CH; c += WG) {
     const int r = c / CH, cc = c % CH;
     const int row = q0 + r;
-    if (row < nq && cc * 8 < D)
-      *(__global uint4 *)(d_q + qbase + (long)row * q_sn + cc * 8) = *(__local const uint4 *)(Qs + r * DS + cc * 8);
+    if (row < nq && cc * EPC < D)
+      *(__global uint4 *)(d_q + qbase + (long)row * q_sn + cc * EPC) = *(__local const uint4 *)(Qs + r * DS + cc * EPC);
   }
 }
 
