@@ -5,7 +5,7 @@
  * 2. flash_bwd_dkdv: dK, dV per block of key rows, summed over the query heads of a kv head in order.
  * 3. flash_bwd_dq:   dQ per block of query rows, recomputing P and dS over the key blocks.
  * (4. flash_bwd_dsinks: d_sinks, when asked for.) 2 and 3 are the first backward variant of the table
- * (variants.c) that takes the problem and builds: on NVIDIA (compute capability 8.0 and up, f16/bf16, head_dim
+ * (variants.c) that takes the problem and builds: on NVIDIA (compute capability 8.0 and up, f32/f16/bf16, head_dim
  * a multiple of 8 up to 128, 16-byte aligned rows) the tensor-core kernels of cl/nvidia/flash_bwd_mma.cl;
  * otherwise, or with FCL_FLAG_PORTABLE_ONLY / FLASHCL_PORTABLE_ONLY=1, the portable ones. Packed queries and
  * packed or dense keys with per-sequence lengths go through common.cl's sequence layer; paged K/V is refused.

@@ -1,7 +1,8 @@
 /* Tensor-core FlashAttention-2 backward for NVIDIA GPUs of compute capability 8.0 and up: the two heavy kernels
  * of the backward (cl/flash_bwd.cl keeps the pre-pass Dvec = rowsum(dO * O) and d_sinks), through inline PTX:
  * mma.sync m16n8k16 (f16 or bf16 operands, float accumulators), ldmatrix and cp.async, as
- * cl/nvidia/flash_fwd_mma.cl uses them. One kernel per program (MMA_KIND selects it):
+ * cl/nvidia/flash_fwd_mma.cl uses them; f32 (DTYPE 0) through mma.sync m16n8k8 as 3xTF32, see "f32" below. One
+ * kernel per program (MMA_KIND selects it):
  *
  *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
  *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once into
@@ -40,11 +41,17 @@
  * a sequence with bad key indices gets NaN dQ and NaN dK, dV rows; one with bad cu_q entries writes no dQ and
  * NaN dK, dV.
  *
- * Defines (src/plan_nvidia.c, fcl_plan_nvidia_backward): MMA_KIND, DTYPE 1 (f16) or 2 (bf16), D head_dim (a
- * multiple of 8, at most 128), DP D rounded up to 16, DS local row stride in elements (DP + 8: rows 16 bytes
- * apart modulo 128, so ldmatrix is free of bank conflicts), NW warps, BN streamed rows per step (a multiple
- * of 16). The host takes these kernels only when every row of q, k, v, o (and so of d_o, d_q, d_k, d_v, which
+ * Defines (src/plan_nvidia.c, fcl_plan_nvidia_backward): MMA_KIND, DTYPE 1 (f16), 2 (bf16) or 0 (f32), D head_dim
+ * (a multiple of 8, at most 128), DP D rounded up to the k step (16; 8 for f32), DS local row stride in
+ * elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of bank conflicts; DP + 4 for f32), NW
+ * warps, BN streamed rows per step (a multiple of 16). The host takes these kernels only when every row of q, k, v, o (and so of d_o, d_q, d_k, d_v, which
  * share their strides and offsets) starts on a 16-byte boundary and scale > 0.
+ *
+ * f32 (DTYPE 0): the tiles hold floats and every product is three TF32 products of split operands (ptx.cl).
+ * Held as floats, the K and V (or Q and dO) fragments would take as many registers as the accumulators, so a
+ * warp reads those rows from global memory (through L1) at each use instead (fcl_arows), and the dK/dV kernel's
+ * local memory is its two step buffers alone; dK and dV are written from the registers. Each step's dV, dK (or
+ * dQ) products are summed in fresh accumulators and added in float, as the forward's P V is.
  *
  * Fragment layouts (as in flash_fwd_mma.cl): accumulator of one m16n8 tile, lane = 4 g + t: c0 c1 at row g,
  * columns 2t and 2t+1; c2 c3 at row g + 8. The accumulators of n8 tiles 2i and 2i+1 are, packed in pairs, the
