@@ -41,11 +41,12 @@
  * a sequence with bad key indices gets NaN dQ and NaN dK, dV rows; one with bad cu_q entries writes no dQ and
  * NaN dK, dV.
  *
- * Defines (src/plan_nvidia.c, fcl_plan_nvidia_backward): MMA_KIND, DTYPE 1 (f16), 2 (bf16) or 0 (f32), D head_dim
- * (a multiple of 8, at most 128), DP D rounded up to the k step (16; 8 for f32), DS local row stride in
- * elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of bank conflicts; DP + 4 for f32), NW
- * warps, BN streamed rows per step (a multiple of 16). The host takes these kernels only when every row of q, k, v, o (and so of d_o, d_q, d_k, d_v, which
- * share their strides and offsets) starts on a 16-byte boundary and scale > 0.
+ * Defines (src/plan_nvidia.c, fcl_plan_nvidia_backward): MMA_KIND, DTYPE 1 (f16), 2 (bf16) or 0 (f32), D
+ * head_dim (a multiple of 8, at most 128), DP D rounded up to the k step (16; 8 for f32), DS local row stride
+ * in elements (DP + 8: rows 16 bytes apart modulo 128, so ldmatrix is free of bank conflicts; DP + 4 for f32),
+ * NW warps, BN streamed rows per step (a multiple of 16). The host takes these kernels only when every row of
+ * q, k, v, o (and so of d_o, d_q, d_k, d_v, which share their strides and offsets) starts on a 16-byte
+ * boundary and scale > 0.
  *
  * f32 (DTYPE 0): the tiles hold floats and every product is three TF32 products of split operands (ptx.cl).
  * Held as floats, the K and V (or Q and dO) fragments would take as many registers as the accumulators, so a
@@ -191,12 +192,11 @@ inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
 #else /* DTYPE 0: float tiles, m16n8k8 TF32 products (3xTF32, ptx.cl) */
 /* Per-lane offsets (elements) of the float fragments within a tile of row stride DS = DP + 4 (4 modulo 8 words,
    so that the 32 words a warp reads in either pattern below fall in 32 banks). The A operand (m16k8: a0 row
-   g, column t; a1 row g + 8; a2, a3 four columns on) comes from global memory (fcl_arows below); the B
-   operand from rows that are the n dimension (b0 row g, column t; b1 four columns on) starts at row g, column
-   t. The B operand from rows that are the k
-   dimension starts at row 2t, column g: an 8-row k step's rows are taken in the order 0 2 4 6 1 3 5 7 (k = t
-   is row 2t, k = t + 4 row 2t + 1), so the accumulator of n8 tile i is, as it stands, the A fragment of k step
-   i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), as flash_fwd_mma.cl takes P for P V. */
+   g, column t; a1 row g + 8; a2, a3 four columns on) comes from global memory (fcl_arows below). The B operand
+   from rows that are the n dimension (b0 row g, column t; b1 four columns on) starts at row g, column t; from
+   rows that are the k dimension, at row 2t, column g: an 8-row k step's rows are taken in the order
+   0 2 4 6 1 3 5 7 (k = t is row 2t, k = t + 4 row 2t + 1), so the accumulator of n8 tile i is, as it stands,
+   the A fragment of k step i (a0 = c0, a1 = c2, a2 = c1, a3 = c3), as flash_fwd_mma.cl takes P for P V. */
 #define BN_LANE(lane) (((lane) >> 2) * DS + ((lane) & 3))
 #define BK_LANE(lane) (2 * ((lane) & 3) * DS + ((lane) >> 2))
 typedef __local const float *tile_ref;
@@ -207,17 +207,17 @@ typedef __local const float *tile_ref;
 #define FCL_ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* The A operand of the warp's 16 rows over DP, read from global memory (through L1) at each use: the lane's
-   rows g and g + 8 at column t. Held in registers, as the f16/bf16 kernels hold theirs, K and V (or Q and dO)
-   would take 4 DP registers a lane beside the 4 DP of the accumulators: 256 at head_dim 64, twice that at
-   128. */
+   rows g and g + 8 at column t. Held in registers as floats, as the f16/bf16 kernels hold theirs as pairs, K
+   and V (or Q and dO) would take DP registers a lane, as many as dK and dV together: 128 at head_dim 64 before
+   S^T, dP^T and their TF32 parts (clang's build of that spilled), 256 at 128. */
 typedef struct {
   __global const float *r0, *r1;
 } fcl_arows;
 
 /* LO_ACC 1: the small products go to accumulators of their own (MMA3_HL), added at the end: two dependency
    chains an accumulator tile instead of one. On the H200 (docs/notes-nvidia.md, v22) that took the f32 backward
-   at head_dim 64, N = 4096, from 22.4 to 21.6 ms (causal 12.2 to 11.6), and at 128 from 61 to 62 ms, where
-   the dK/dV kernel is at 255 registers and the extra accumulators spill. */
+   at head_dim 64, N = 4096, from 22.5 to 21.8 ms (causal 12.3 to 11.6); at 128 it ran 61 to 62 ms against 61,
+   the dK/dV kernel at 255 registers, where the extra accumulators spill. */
 #define LO_ACC (DP <= 64)
 #if LO_ACC
 #define MMA3_ACC(c, lo, ab, as, bb0, bb1, bs0, bs1) MMA3_HL(c, lo, ab, as, bb0, bb1, bs0, bs1)
