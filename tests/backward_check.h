@@ -25,11 +25,15 @@ typedef struct bwd_case {
 #define BWD_TOL_BF16 1.6e-2
 /* A gradient may cancel to almost nothing (one visible key: dP = D, so dS = 0 and dQ = dK = 0 exactly), and then
    no float computation other than one that repeats the reference's own order meets a bound relative to it. So
-   a gradient also passes when ||grad - ref|| is at most BWD_TOL_TERMS of the norm of its terms' magnitudes
-   (reference_backward with REF_MAGNITUDE): a few float roundings of what was summed. Measured against the terms
-   (2026-12-03): the f32 tensor-core backward (3xTF32) on the H200 at most 7.7e-8 for dQ and dK over the f32
-   cases of test_backward (3.3e-8 where one key cancels dQ and dK to 0) and 3.7e-7 for dV; PoCL's float kernel
-   at most 1.2e-7. */
+   a gradient that has cancelled, whose norm is below BWD_CANCELLED of the norm of its terms' magnitudes
+   (reference_backward with REF_MAGNITUDE), passes when ||grad - ref|| is at most BWD_TOL_TERMS of the latter: a
+   few float roundings of what was summed. Every other gradient keeps the relative bound alone: over the
+   random cases the terms' norm is 6 to 165 times the gradient's (PoCL, 2026-12-03), so a bound on the terms
+   there would be up to 165 times looser than the relative one. Measured against the terms (2026-12-03): the
+   f32 tensor-core backward (3xTF32) on the H200 at most 7.7e-8 for dQ and dK over the f32 cases of
+   test_backward (3.3e-8 where one key cancels dQ and dK to 0) and 3.7e-7 for dV; PoCL's float kernel at most
+   1.2e-7. */
+#define BWD_CANCELLED 1e-3
 #define BWD_TOL_TERMS 5e-7
 
 double backward_tolerance(fcl_dtype t);

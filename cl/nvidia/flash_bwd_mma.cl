@@ -208,8 +208,8 @@ typedef __local const float *tile_ref;
 
 /* The A operand of the warp's 16 rows over DP, read from global memory (through L1) at each use: the lane's
    rows g and g + 8 at column t. Held in registers as floats, as the f16/bf16 kernels hold theirs as pairs, K
-   and V (or Q and dO) would take DP registers a lane, as many as dK and dV together: 128 at head_dim 64 before
-   S^T, dP^T and their TF32 parts (clang's build of that spilled), 256 at 128. */
+   and V (or Q and dO) would take DP registers a lane, as many as dK and dV together: 2 DP with them, 128 at
+   head_dim 64 before S^T, dP^T and their TF32 parts (clang's build of that spilled), 256 at 128. */
 typedef struct {
   __global const float *r0, *r1;
 } fcl_arows;
@@ -298,8 +298,8 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
    [2][BN] as floats. At the end dK and dV go through the K and V tiles. Tile shapes (plan_nvidia.c): d <= 64:
    4 warps (64 keys), 64 query rows a step: 18 KiB of the first buffer + 18 KiB of K, V (or the second
    buffer); 64 + 64 accumulator registers for dK, dV, 16 + 16 for the K, V fragments, 32 + 32 for S^T, dP^T;
-   d <= 128: 2 warps (32 keys), 32 query rows a step: 17 + 17 KiB, 128 accumulator registers, 32 + 32 of
-   fragments, 16 + 16 for S^T, dP^T.
+   d <= 128: 4 warps (64 keys), 32 query rows a step (K and V over both buffers, below): 35 KiB, 128
+   accumulator registers, 32 + 32 of fragments, 16 + 16 for S^T, dP^T.
    When K and V together outgrow the second buffer but each fits one buffer (BN < BM <= 2 BN: 4 warps, 32-row
    steps), K goes over the second buffer and V over the first, and step 0's rows are loaded only once every
    warp has read its V fragments: one load latency more a work-group, for twice the keys a step's rows are
@@ -325,8 +325,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   __local float Ls[2][BN], Dl[2][BN];
   __local elem_t *Qs = (__local elem_t *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
   __local elem_t *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
+#if KV_LOCAL
   __local elem_t *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
   __local elem_t *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
+#endif
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -486,11 +488,12 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item (f32: straight
      from the registers, 8 bytes a work-item, 32 bytes a quad); the accumulators end here (the recomputation
      below then has the registers of a row at a time). */
-#if KV_LOCAL
-#define OUT_KV(rl, c, kx, ky, vx, vy)                \
-  do {                                               \
-    STORE_PAIR(Ks + (rl) * DS + (c), kx, ky);        \
-    STORE_PAIR(Vs + (rl) * DS + (c), vx, vy);        \
+#if KV_LOCAL /* (c is added unparenthesised, term by term, as this code always formed the address: the grouped
+                 sum made NVIDIA's and clang's builds of the f16 kernel spill more) */
+#define OUT_KV(rl, c, kx, ky, vx, vy)          \
+  do {                                         \
+    STORE_PAIR(Ks + (rl) * DS + c, kx, ky);    \
+    STORE_PAIR(Vs + (rl) * DS + c, vx, vy);    \
   } while (0)
 #else
 #define OUT_KV(rl, c, kx, ky, vx, vy)                                                              \
@@ -579,7 +582,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
    Q and dO fragments stay in registers (2 KT 4 each). Tile shapes (plan_nvidia.c): 4 warps (64 query rows);
    d <= 64: 64-key tiles (36 KiB; 32 + 32 registers for S and dP); d <= 128: 32-key tiles (34 KiB; 64
    registers of Q and dO fragments, 64 of dQ accumulators, 16 + 16 for S and dP). 64-key tiles at d = 128
-   would need 68 KiB double-buffered. */
+   would need 68 KiB double-buffered. f32 reads its Q and dO rows from global memory at each use (fcl_arows)
+   and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). */
 #define SMEM (4 * BN * DS > BM * DS ? 4 * BN * DS : BM * DS)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
