@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ||out - ref|| and ||ref|| (Euclidean). */
+/* ||out - ref|| and ||x|| (Euclidean). */
 static double diff_norm(const float *out, const double *ref, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
