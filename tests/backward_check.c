@@ -102,8 +102,6 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   ro = malloc(nq_elems * sizeof(double)), rlse = malloc(nrows * sizeof(double));
   gq = malloc(nq_elems * sizeof(double)), gk = malloc(nk_elems * sizeof(double)), gv = malloc(nk_elems * sizeof(double));
   reference_backward(&desc, &mb.host, rq, rk, rv, rdo, ro, rlse, REF_STORED_O, gq, gk, gv, d_sinks ? ref_dsinks : NULL);
-  tq = malloc(nq_elems * sizeof(double)), tk = malloc(nk_elems * sizeof(double)), tv = malloc(nk_elems * sizeof(double));
-  reference_backward(&desc, &mb.host, rq, rk, rv, rdo, NULL, NULL, REF_STORED_O | REF_MAGNITUDE, tq, tk, tv, NULL);
 
   fcl_status st;
   if (c->from_forward) {
@@ -203,11 +201,18 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
   const double eq = rel_error(first[0], gq, nq_elems, &mq);
   const double ek = rel_error(first[1], gk, nk_elems, &mk);
   const double ev = rel_error(first[2], gv, nk_elems, &mv);
-  /* The same errors against the norms of the terms' magnitudes, where a gradient has cancelled (BWD_CANCELLED);
-     infinite elsewhere, and where an error is. */
-  const double tq_e = terms_error(first[0], gq, tq, nq_elems);
-  const double tk_e = terms_error(first[1], gk, tk, nk_elems);
-  const double tv_e = terms_error(first[2], gv, tv, nk_elems);
+  const double tol = backward_tolerance(c->dtype);
+  /* Where a gradient misses the relative bound: the errors against the norms of the terms' magnitudes, where it
+     has cancelled (BWD_CANCELLED); infinite elsewhere, and where an error is. The magnitudes take a second pass
+     of the float64 reference, so only such a case pays for it. */
+  double tq_e = INFINITY, tk_e = INFINITY, tv_e = INFINITY;
+  if (eq > tol || ek > tol || ev > tol) {
+    tq = malloc(nq_elems * sizeof(double)), tk = malloc(nk_elems * sizeof(double)), tv = malloc(nk_elems * sizeof(double));
+    reference_backward(&desc, &mb.host, rq, rk, rv, rdo, NULL, NULL, REF_STORED_O | REF_MAGNITUDE, tq, tk, tv, NULL);
+    tq_e = terms_error(first[0], gq, tq, nq_elems);
+    tk_e = terms_error(first[1], gk, tk, nk_elems);
+    tv_e = terms_error(first[2], gv, tv, nk_elems);
+  }
   /* Rows that see no key (causal, Nq > Nk): exactly zero dQ. */
   long long empty_rows = 0, nonzero = 0;
   if (c->causal && c->nq > c->nk) {
@@ -219,7 +224,6 @@ int run_backward_case(test_env *env, cl_command_queue queue, const bwd_case *c, 
         if (first[0][(size_t)(r * c->d + d)] != 0.0f) ++nonzero;
     }
   }
-  const double tol = backward_tolerance(c->dtype);
   /* Each O element is rounded to the storage type (relative 2^-11 in f16, 2^-8 in bf16) and D_i is summed in
      float32 over d terms: twice that is the bound, so an error in the kernel's sink term stands out. */
   const double unit = c->dtype == FCL_DTYPE_F16 ? 0x1p-11 : c->dtype == FCL_DTYPE_BF16 ? 0x1p-8 : 0x1p-24;

@@ -308,8 +308,7 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
    from the registers, so its local memory is the two step buffers alone. */
 #define KV_LOCAL (DTYPE != 0)
 #define KV_OVER_BOTH (KV_LOCAL && BM > BN && BM <= 2 * BN)
-#define SMEM                                                                                     \
-  (!KV_LOCAL ? 4 * BN * DS : KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
+#define SMEM (!KV_LOCAL || KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))

@@ -87,22 +87,17 @@ inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u;
           "{%8,%9}, {%0,%1,%2,%3};\n"                                                              \
           : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                                  \
           : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-/* c += a b in 3xTF32, the small products first; ab, as: A's big and small parts (uint[4]); bb*, bs*: B's. */
-#define MMA3(c, ab, as, bb0, bb1, bs0, bs1)                                    \
-  do {                                                                         \
-    MMA_TF32(c, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bs0, bs1);                 \
-    MMA_TF32(c, (as)[0], (as)[1], (as)[2], (as)[3], bb0, bb1);                 \
-    MMA_TF32(c, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bb0, bb1);                 \
-  } while (0)
-/* The same into two accumulators, the small products into lo and big_a big_b into hi, to be added in float
-   arithmetic at the end: two dependency chains instead of one, so that a warp with few accumulator tiles does
-   not wait on each mma's latency in turn. */
+/* a b in 3xTF32, the small products first into lo, then big_a big_b into hi; ab, as: A's big and small parts
+   (uint[4]); bb*, bs*: B's. With two accumulators, added in float arithmetic at the end, there are two
+   dependency chains instead of one, so that a warp with few accumulator tiles does not wait on each mma's
+   latency in turn; MMA3 is the one-accumulator form. */
 #define MMA3_HL(hi, lo, ab, as, bb0, bb1, bs0, bs1)                           \
   do {                                                                         \
     MMA_TF32(lo, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bs0, bs1);                \
     MMA_TF32(lo, (as)[0], (as)[1], (as)[2], (as)[3], bb0, bb1);                \
     MMA_TF32(hi, (ab)[0], (ab)[1], (ab)[2], (ab)[3], bb0, bb1);                \
   } while (0)
+#define MMA3(c, ab, as, bb0, bb1, bs0, bs1) MMA3_HL(c, c, ab, as, bb0, bb1, bs0, bs1)
 #endif
 
 /* 2^x as one MUFU.EX2 instruction. native_exp2 compiles to ex2.approx.f32 without .ftz, which NVIDIA's compiler
