@@ -225,9 +225,12 @@ typedef struct {
 #define MMA3_ACC(c, lo, ab, as, bb0, bb1, bs0, bs1) MMA3(c, ab, as, bb0, bb1, bs0, bs1)
 #endif
 
-/* acc = A (rows a, split at each k step) times the BN streamed rows at b, transposed, over DP: S^T = K Q^T,
-   dP^T = V dO^T, S = Q K^T, dP = dO V^T. */
-FCL_ALWAYS_INLINE void fcl_mma_abt(float acc[NT][4], fcl_arows a, tile_ref b) {
+/* The A fragment of k step kk: from registers qf (the dQ kernel's Q) when qf is not NULL, else from the rows a. */
+#define A_FRAG(e) (qf ? qf[kk][e] : (e) == 0 ? a.r0[kk * 8] : (e) == 1 ? a.r1[kk * 8] : (e) == 2 ? a.r0[kk * 8 + 4] : a.r1[kk * 8 + 4])
+
+/* acc = A (rows a, or fragments qf in registers when qf is not NULL; split at each k step) times the BN streamed
+   rows at b, transposed, over DP: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T. */
+FCL_ALWAYS_INLINE void fcl_mma_abt_from(float acc[NT][4], fcl_arows a, float (*qf)[4], tile_ref b) {
   float lo[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i)
@@ -236,10 +239,8 @@ FCL_ALWAYS_INLINE void fcl_mma_abt(float acc[NT][4], fcl_arows a, tile_ref b) {
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     uint ab[4], as[4];
-    TF32_SPLIT(ab[0], as[0], a.r0[kk * 8]);
-    TF32_SPLIT(ab[1], as[1], a.r1[kk * 8]);
-    TF32_SPLIT(ab[2], as[2], a.r0[kk * 8 + 4]);
-    TF32_SPLIT(ab[3], as[3], a.r1[kk * 8 + 4]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) TF32_SPLIT(ab[e], as[e], A_FRAG(e));
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       uint bb0, bs0, bb1, bs1;
@@ -255,6 +256,8 @@ FCL_ALWAYS_INLINE void fcl_mma_abt(float acc[NT][4], fcl_arows a, tile_ref b) {
     for (int e = 0; e < 4; ++e) acc[i][e] += lo[i][e];
 #endif
 }
+#undef A_FRAG
+#define fcl_mma_abt(acc, a, b) fcl_mma_abt_from(acc, a, 0, b)
 
 /* acc += A (a[kt]: big parts, then small parts) times the streamed tile at b (rows as k, BK_LANE offsets):
    dV += P^T dO, dK += dS^T Q, dQ += dS K. Each n8 tile sums the step's products in fresh accumulators and adds
@@ -642,6 +645,15 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   const fcl_arows oa = {d_o + obase + (long)min(r0, nq - 1) * o_sn + t,
                         d_o + obase + (long)min(r1, nq - 1) * o_sn + t};
   const float Ltail = INFINITY;
+  /* Q's fragments in registers, read once (4 KT floats a lane): S's A operand without an L1 read a k step. */
+  float qf[KT][4];
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    qf[kk][0] = qa.r0[kk * 8];
+    qf[kk][1] = qa.r1[kk * 8];
+    qf[kk][2] = qa.r0[kk * 8 + 4];
+    qf[kk][3] = qa.r1[kk * 8 + 4];
+  }
 #else
   /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. Rows beyond nq
@@ -697,7 +709,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     float dp[NT][4], s[NT][4];
 #if DTYPE == 0
     fcl_mma_abt(dp, oa, TILE_AT(v_n, boff));
-    fcl_mma_abt(s, qa, TILE_AT(k_n, boff));
+    fcl_mma_abt_from(s, qa, qf, TILE_AT(k_n, boff));
 #else
 #pragma unroll
     for (int i = 0; i < NT; ++i)
