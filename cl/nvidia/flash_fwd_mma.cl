@@ -114,12 +114,6 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define RING_PENDING_(s) RING_PENDING_##s
 #define RING_PENDING(s) RING_PENDING_(s)
 #define RING_WAIT() CP_ASYNC_WAIT_GROUP(RING_PENDING(STAGES))
-#ifndef BULK
-#define BULK 0 /* 1: K/V tiles by bulk copies on mbarriers instead of cp.async and barriers (compute capability 9.0) */
-#endif
-#if BULK && KV == 2
-#error "flash_fwd_mma: paged keys take cp.async (BULK 0)"
-#endif
 #define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
 #define KVQ (STAGES * TILE + QSMEM * BR * QDS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
@@ -217,29 +211,6 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
 }
 #endif
 
-#if BULK
-#define ROWB (D / EPC * 16) /* bytes of a key row (D is a multiple of EPC: rows start on 16 bytes) */
-/* Rows k0.. of a [rows, D] tensor into a local tile [BC][DS] by the 32 lanes of one warp, a bulk copy a row,
-   announced on the mbarrier `full` (whose phase counts 32 arrivals). Rows beyond nk are zeroed by ordinary
-   writes first, which each lane's arrival releases; the columns beyond D were zeroed once, before the key
-   loop, and no copy writes them. */
-inline void fcl_bulk_tile(__local elem_t *dst, __global const store_t *src, long sn, int k0, int nk, int lane,
-                          uint full) {
-  uint bytes = 0;
-  for (int r = lane; r < BC; r += 32) {
-    if (k0 + r < nk) {
-      bytes += ROWB;
-    } else {
-      for (int c = 0; c < ROWB / 16; ++c) *(__local uint4 *)(dst + r * DS + c * EPC) = (uint4)(0);
-      FENCE_PROXY_ASYNC(); /* before a later copy into the same row */
-    }
-  }
-  MBAR_ARRIVE_TX(full, bytes);
-  for (int r = lane; r < BC; r += 32)
-    if (k0 + r < nk) BULK_COPY(dst + r * DS, src + (long)(k0 + r) * sn, ROWB, full);
-}
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                    __global store_t *o, __global float *lse,
@@ -260,13 +231,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   __local long page[KV == 2 ? 2 : 1][2][KV == 2 ? BC : 1];
 #if KV == 2 && STAGES != 2
 #error "flash_fwd_mma: a deeper ring loads tiles before their rows are resolved; paged keys take STAGES 2"
-#endif
-#if BULK
-  /* The ring's mbarriers (BULK): ring_bar[0][s] completes a phase when buffer s's tile has landed, ring_bar[1][s]
-     when every warp is done reading it. So a warp waits only for the tile it reads next, and a tile's copying
-     warp (tile n: warp n % NW) only for the reads of the tile its buffer held before; no barrier of the whole
-     work-group remains in the key loop. */
-  __local ulong ring_bar[2][STAGES];
 #endif
 
   const int lid = get_local_id(0);
@@ -342,41 +306,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
-#if BULK
-  /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES by warp n % NW, once every
-     warp has released tile n - STAGES (that buffer's phase n / STAGES - 1); RING_WAIT_TILE(n) until it has
-     landed (phase n / STAGES); RING_RELEASE(n) after this warp's last read of it. */
-#define RING_BAR(which, n) SMEM_ADDR(&ring_bar[which][(n) % STAGES])
-#define RING_LOAD(n)                                                                                          \
-  do {                                                                                                       \
-    const int n_ = (n);                                                                                      \
-    if (n_ < 2 * ntiles && warp == n_ % NW) {                                                                \
-      if (n_ >= STAGES) MBAR_WAIT(RING_BAR(1, n_), (n_ / STAGES - 1) & 1);                                  \
-      fcl_bulk_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, kv_begin + (n_ >> 1) * BC, \
-                    nk, lane, RING_BAR(0, n_));                                                              \
-    }                                                                                                        \
-  } while (0)
-#define RING_WAIT_TILE(n) MBAR_WAIT(RING_BAR(0, n), ((n) / STAGES) & 1)
-#define RING_RELEASE(n)                                                                                       \
-  do {                                                                                                       \
-    WARP_SYNC();                                                                                             \
-    if (lane == 0) MBAR_ARRIVE(RING_BAR(1, n));                                                              \
-  } while (0)
-  if (lid < STAGES) {
-    MBAR_INIT(SMEM_ADDR(&ring_bar[0][lid]), 32);
-    MBAR_INIT(SMEM_ADDR(&ring_bar[1][lid]), NW);
-    MBAR_INIT_FENCE();
-  }
-#if D < DP
-  /* Columns D.. of every buffer's rows, which the row copies never write: zero, once. */
-  for (int c = lid; c < STAGES * BC * ((DP - D) / EPC); c += WG) {
-    const int r = c / ((DP - D) / EPC), cc = c % ((DP - D) / EPC);
-    *(__local uint4 *)(Ks + r * DS + D + cc * EPC) = (uint4)(0);
-  }
-#endif
-  FENCE_PROXY_ASYNC();
-  barrier(CLK_LOCAL_MEM_FENCE);
-#else
   /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES; past the last key tile an
      empty commit group, so that every RING_WAIT counts the same groups. */
 #define RING_LOAD(n)                                                                                          \
@@ -388,7 +317,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     else                                                                                                     \
       CP_ASYNC_COMMIT();                                                                                     \
   } while (0)
-#endif
 
   const int wrow = warp * MT * 16;
 #if QSMEM
@@ -406,11 +334,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
-#if BULK
-  CP_ASYNC_COMMIT(); /* the Q copies: landed, and seen by every warp, before the key loop */
-  CP_ASYNC_WAIT_ALL();
-  barrier(CLK_LOCAL_MEM_FENCE);
-#endif
 #if DTYPE == 0
   /* f32: lane (g, t) reads its A fragment's floats at rows g, g + 8 and columns t, t + 4 of each k step. */
   __local const float *q_lane = Qs + (wrow + g) * QDS + t;
@@ -484,14 +407,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2
     if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
 #endif
-#if BULK
-    RING_LOAD(2 * j + STAGES - 1);
-    RING_WAIT_TILE(2 * j); /* K(j) */
-#else
     RING_WAIT(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1), whose buffer is reused */
     RING_LOAD(2 * j + STAGES - 1);
-#endif
 #if DTYPE != 0
     const uint k_addr = k_lane + (uint)((2 * j) % STAGES * TILE * 2);
     const uint v_addr = v_lane + (uint)((2 * j + 1) % STAGES * TILE * 2);
@@ -559,9 +477,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
       }
     }
-#endif
-#if BULK
-    RING_RELEASE(2 * j);
 #endif
 
     /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
@@ -652,14 +567,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
 #endif
 
-#if BULK
-    RING_LOAD(2 * j + STAGES);
-    RING_WAIT_TILE(2 * j + 1); /* V(j) */
-#else
     RING_WAIT(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j), whose buffer is reused */
     RING_LOAD(2 * j + STAGES);
-#endif
 
 #if DTYPE == 0
     /* O += P V: each n8 tile of O over the key tile in fresh accumulators, then added in float. Lane (g, t)
@@ -700,9 +610,6 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
 #if KV == 2
     if (j + 2 < ntiles) PAGE_STORE(j + 2, k0 + 2 * BC);
-#endif
-#if BULK
-    RING_RELEASE(2 * j + 1);
 #endif
   }
 
