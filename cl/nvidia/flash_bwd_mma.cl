@@ -226,7 +226,9 @@ typedef struct {
 #endif
 
 /* The A fragment of k step kk: from registers qf (the dQ kernel's Q) when qf is not NULL, else from the rows a. */
-#define A_FRAG(e) (qf ? qf[kk][e] : (e) == 0 ? a.r0[kk * 8] : (e) == 1 ? a.r1[kk * 8] : (e) == 2 ? a.r0[kk * 8 + 4] : a.r1[kk * 8 + 4])
+#define A_FRAG(e)                                                                                        \
+  (qf ? qf[kk][e] : (e) == 0 ? a.r0[kk * 8] : (e) == 1 ? a.r1[kk * 8] : (e) == 2 ? a.r0[kk * 8 + 4] \
+                                                                                 : a.r1[kk * 8 + 4])
 
 /* acc = A (rows a, or fragments qf in registers when qf is not NULL; split at each k step) times the BN streamed
    rows at b, transposed, over DP: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T. */
