@@ -50,8 +50,9 @@
  *
  * f32 (DTYPE 0): the tiles hold floats and every product is three TF32 products of split operands (ptx.cl).
  * Held as floats, the K and V (or Q and dO) fragments would take as many registers as the accumulators, so a
- * warp reads those rows from global memory (through L1) at each use instead (fcl_arows), and the dK/dV kernel's
- * local memory is its two step buffers alone; dK and dV are written from the registers. Each step's dV, dK (or
+ * warp reads those rows from global memory (through L1) at each use instead (fcl_arows; the dQ kernel keeps
+ * Q's alone, read once), and the dK/dV kernel's local memory is its two step buffers alone; dK and dV are
+ * written from the registers. Each step's dV, dK (or
  * dQ) products are summed in fresh accumulators and added in float, as the forward's P V is.
  *
  * Fragment layouts (as in flash_fwd_mma.cl): accumulator of one m16n8 tile, lane = 4 g + t: c0 c1 at row g,
@@ -586,8 +587,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
    Q and dO fragments stay in registers (2 KT 4 each). Tile shapes (plan_nvidia.c): 4 warps (64 query rows);
    d <= 64: 64-key tiles (36 KiB; 32 + 32 registers for S and dP); d <= 128: 32-key tiles (34 KiB; 64
    registers of Q and dO fragments, 64 of dQ accumulators, 16 + 16 for S and dP). 64-key tiles at d = 128
-   would need 68 KiB double-buffered. f32 reads its Q and dO rows from global memory at each use (fcl_arows)
-   and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). */
+   would need 68 KiB double-buffered. f32 keeps Q's fragments (4 KT floats), reads its dO rows from global
+   memory at each use (fcl_arows) and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). */
 #define SMEM (4 * BN * DS > BM * DS ? 4 * BN * DS : BM * DS)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -641,8 +642,8 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   const int wrow = warp * 16;
   const int r0 = q0 + wrow + g, r1 = r0 + 8; /* the lane's two query rows */
 #if DTYPE == 0
-  /* Q and dO rows from global memory at each tile (fcl_arows). A row past nq reads row nq - 1 and takes lse
-     +inf, so its P and dS are 0 (it is never written). */
+  /* Q and dO rows from global memory (fcl_arows): dO's at each tile, Q's once, below. A row past nq reads row
+     nq - 1 and takes lse +inf, so its P and dS are 0 (it is never written). */
   const fcl_arows qa = {q + qbase + (long)min(r0, nq - 1) * q_sn + t, q + qbase + (long)min(r1, nq - 1) * q_sn + t};
   const fcl_arows oa = {d_o + obase + (long)min(r0, nq - 1) * o_sn + t,
                         d_o + obase + (long)min(r1, nq - 1) * o_sn + t};
