@@ -64,10 +64,7 @@ int main(int argc, char **argv) {
         cl_event e;
         if ((err = clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, &e)) != CL_SUCCESS) break;
         clWaitForEvents(1, &e);
-        cl_ulong a, b;
-        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-        t[it] = (double)(b - a) * 1e-6;
+        t[it] = dev_event_ms(e);
         clReleaseEvent(e);
         if (it == 5) {
           clEnqueueReadBuffer(q, dq, CL_TRUE, 0, elems * sizeof(float), host, 0, NULL, NULL);

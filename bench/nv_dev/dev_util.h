@@ -74,6 +74,14 @@ static inline char *dev_build_log(cl_program p, cl_device_id dev) {
   return log;
 }
 
+/* A finished command's run time in ms, from its profiling event's start and end. */
+static inline double dev_event_ms(cl_event e) {
+  cl_ulong a = 0, b = 0;
+  CK(clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL));
+  CK(clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL));
+  return (double)(b - a) * 1e-6;
+}
+
 /* qsort's comparison of doubles, for medians of timings. */
 static inline int dev_cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;

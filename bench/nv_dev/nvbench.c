@@ -144,13 +144,6 @@ static fcl_attention_desc make_desc(int dtype, int d, int n, int causal) {
   return desc;
 }
 
-static double ev_ms(cl_event e) {
-  cl_ulong a, b;
-  CK(clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL));
-  CK(clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL));
-  return (b - a) * 1e-6;
-}
-
 static double flops(int d, int n, int causal) {
   double f = 4.0 * 4 * 16 * (double)n * n * d;
   return causal ? f / 2 : f;
@@ -187,7 +180,7 @@ static double time_it(const fcl_attention_desc *desc, cl_kernel kernel, int br, 
       CK(clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, 0, NULL, &e));
     }
     CK(clWaitForEvents(1, &e));
-    if (i >= 3) t[i - 3] = ev_ms(e);
+    if (i >= 3) t[i - 3] = dev_event_ms(e);
     clReleaseEvent(e);
   }
   qsort(t, iters, sizeof t[0], dev_cmp_double);

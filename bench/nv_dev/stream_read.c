@@ -63,13 +63,6 @@ static const char *src =
     "  out[get_global_id(0)] = sum;\n"
     "}\n";
 
-static double event_us(cl_event e) {
-  cl_ulong a = 0, b = 0;
-  clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-  clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-  return (double)(b - a) / 1000.0;
-}
-
 int main(int argc, char **argv) {
   const size_t mib = argc > 1 ? (size_t)atoi(argv[1]) : 2048, bytes = mib << 20, tile = 16384;
   int groups_list[8] = {512, 792}, ng = 2;
@@ -123,7 +116,7 @@ int main(int argc, char **argv) {
             cl_event e;
             CK(clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &e));
             CK(clWaitForEvents(1, &e));
-            if (it >= 0) t[it] = event_us(e);
+            if (it >= 0) t[it] = 1000.0 * dev_event_ms(e);
             clReleaseEvent(e);
           }
           qsort(t, 10, sizeof t[0], dev_cmp_double);

@@ -226,10 +226,11 @@ typedef struct {
 #define MMA3_ACC(c, lo, ab, as, bb0, bb1, bs0, bs1) MMA3(c, ab, as, bb0, bb1, bs0, bs1)
 #endif
 
-/* The A fragment of k step kk: from registers qf (the dQ kernel's Q) when qf is not NULL, else from the rows a. */
-#define A_FRAG(e)                                                                                        \
-  (qf ? qf[kk][e] : (e) == 0 ? a.r0[kk * 8] : (e) == 1 ? a.r1[kk * 8] : (e) == 2 ? a.r0[kk * 8 + 4] \
-                                                                                 : a.r1[kk * 8 + 4])
+/* Register e of the lane's A fragment at k step kk, from the rows a: row g (e even) or g + 8 (e odd), column t
+   (e < 2) or t + 4 of the k step. */
+#define AROWS_AT(a, kk, e) ((e) & 1 ? (a).r1 : (a).r0)[(kk) * 8 + ((e) >> 1) * 4]
+/* The same from registers qf (the dQ kernel's Q, read once with AROWS_AT) when qf is not NULL. */
+#define A_FRAG(e) (qf ? qf[kk][e] : AROWS_AT(a, kk, e))
 
 /* acc = A (rows a, or fragments qf in registers when qf is not NULL; split at each k step) times the BN streamed
    rows at b, transposed, over DP: S^T = K Q^T, dP^T = V dO^T, S = Q K^T, dP = dO V^T. */
@@ -651,12 +652,9 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   /* Q's fragments in registers, read once (4 KT floats a lane): S's A operand without an L1 read a k step. */
   float qf[KT][4];
 #pragma unroll
-  for (int kk = 0; kk < KT; ++kk) {
-    qf[kk][0] = qa.r0[kk * 8];
-    qf[kk][1] = qa.r1[kk * 8];
-    qf[kk][2] = qa.r0[kk * 8 + 4];
-    qf[kk][3] = qa.r1[kk * 8 + 4];
-  }
+  for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qf[kk][e] = AROWS_AT(qa, kk, e);
 #else
   /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
      eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. Rows beyond nq
