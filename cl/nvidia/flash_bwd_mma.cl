@@ -52,8 +52,8 @@
  * Held as floats, the K and V (or Q and dO) fragments would take as many registers as the accumulators, so a
  * warp reads those rows from global memory (through L1) at each use instead (fcl_arows; the dQ kernel keeps
  * Q's alone, read once), and the dK/dV kernel's local memory is its two step buffers alone; dK and dV are
- * written from the registers. Each step's dV, dK (or
- * dQ) products are summed in fresh accumulators and added in float, as the forward's P V is.
+ * written from the registers. Each step's dV, dK (or dQ) products are summed in fresh accumulators and added in
+ * float, as the forward's P V is.
  *
  * Fragment layouts (as in flash_fwd_mma.cl): accumulator of one m16n8 tile, lane = 4 g + t: c0 c1 at row g,
  * columns 2t and 2t+1; c2 c3 at row g + 8. The accumulators of n8 tiles 2i and 2i+1 are, packed in pairs, the
