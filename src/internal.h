@@ -145,6 +145,8 @@ typedef struct fcl_tile_plan {
   int pack;         /* forward: GQA packing, a work-group's rows are (query row, head) pairs of one kv head's
                        group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
                        rule for the tensor-core kernel) */
+  int mbar_ring;    /* nvidia_mma forward: the K/V ring synchronised by mbarriers, not barriers (MBAR_RING;
+                       compute capability 9.0, dense keys) */
   int copy_warps;   /* nvidia_mma forward: warps whose rows are all padding, added for their share of the tile
                        copies (batch-1 decode, plan_nvidia.c); fcl_plan_splits counts only the others */
   size_t local_bytes;

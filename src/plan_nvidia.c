@@ -13,8 +13,10 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, in
   size_t kv = (size_t)p->stages * (size_t)p->bc * (size_t)p->ds +
               (p->qsmem ? (size_t)p->br * (size_t)(p->ds - 16 * p->qregs) : 0),
          o = (size_t)p->br * (size_t)p->ds;
-  /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`). */
-  return (kv > o ? kv : o) * (size_t)elem_bytes + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0);
+  /* Paged keys add two slots of a tile's rows' K and V offsets (flash_fwd_mma.cl's `page`), the mbarrier ring
+     two mbarriers a buffer. */
+  return (kv > o ? kv : o) * (size_t)elem_bytes + (paged ? 4 * (size_t)p->bc * sizeof(int64_t) : 0) +
+         (p->mbar_ring ? 2 * (size_t)p->stages * sizeof(uint64_t) : 0);
 }
 
 int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) {
@@ -144,6 +146,9 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   fcl_tile_plan t = *out;
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   tile_rows(p, &t);
+  /* The ring on mbarriers from compute capability 9.0 (its waits), for dense keys (paged rows are resolved a
+     tile ahead between the ring's barriers). */
+  t.mbar_ring = caps->nv_cc_major >= 9 && !p->block_table;
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
@@ -215,11 +220,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   if (t.qregs) snprintf(qsplit, sizeof qsplit, " past its first %d columns", 16 * (t.qregs & 15));
   snprintf(t.reason, sizeof t.reason,
            "tensor cores (mma.sync %s) on compute capability %d.%d: %d warps%s x %d m16 tiles, %d %s, "
-           "%d-key tiles in %d buffers, Q in %s%s, %zu B local%s",
-           f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr,
+           "%d-key tiles in %d buffers%s, Q in %s%s, %zu B local%s",
+           f32 ? "m16n8k8 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr,
            t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
-           t.pack ? "rows of (query row, head) packed per kv head" : "query rows", t.bc,
-           t.stages, t.qsmem ? "local memory" : "registers", qsplit, t.local_bytes,
+           t.pack ? "(query row, head) rows packed per kv head" : "query rows", t.bc,
+           t.stages, t.mbar_ring ? " on mbarriers" : "", t.qsmem ? "local memory" : "registers", qsplit, t.local_bytes,
            took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;

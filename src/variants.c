@@ -32,9 +32,9 @@ static void nvidia_forward_defines(const fcl_problem *p, const fcl_tile_plan *t,
   (void)which;
   snprintf(out, size,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DQREG=%d -DSTAGES=%d -DPACK=%d "
-           "-DSPLIT=%d%s",
+           "-DSPLIT=%d -DMBAR_RING=%d%s",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->qregs, t->stages, t->pack,
-           t->splits > 1, mods);
+           t->splits > 1, t->mbar_ring, mods);
 }
 
 static void portable_backward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,

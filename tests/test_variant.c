@@ -163,26 +163,33 @@ static void planner_cases(void) {
         t.reason);
   check(fcl_parse_forward_mma_shape("8,4,128,1", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 2 && t.local_bytes == 44032 &&
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 2 && t.local_bytes == 44064 && t.mbar_ring &&
             !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=8,4,128,1 (does not fit): the default plan, %s", t.reason);
+  /* The mbarrier ring only from compute capability 9.0 on. */
+  fcl_device_caps a100 = nv;
+  a100.nv_cc_major = 8;
+  r = fcl_plan_nvidia_forward(&a100, &no_overrides, &p, 0, NULL, &t);
+  check(r == 0 && !t.mbar_ring && !strstr(t.reason, "mbarriers") && t.local_bytes == fcl_nvidia_forward_local_bytes(&t, 2, 0),
+        "planner, compute capability 8.0: the ring on barriers, no mbarriers: %s", t.reason);
   check(fcl_parse_forward_mma_shape("4,2,64,0,3", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3 parsed");
   fcl_problem p64 = problem(64, FCL_DTYPE_F16, 0);
   r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
-  /* A ring of three 64-key tiles of 72-element rows in 2-byte elements: 27 648 B, against 18 432 B with two. */
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.stages == 3 && t.local_bytes == 27648 &&
+  /* A ring of three 64-key tiles of 72-element rows in 2-byte elements: 27 648 B, against 18 432 B with two; on
+     compute capability 9.0 with two 8-byte mbarriers a buffer for its ring. */
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.qsmem == 0 && t.stages == 3 && t.local_bytes == 27696 &&
             strstr(t.reason, "64-key tiles in 3 buffers"),
         "planner, head_dim 64, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3: three tile buffers, %zu B: %s", t.local_bytes, t.reason);
   /* Paged K/V never takes a deeper ring: the kernel would load tiles before their rows are resolved. */
   p64.block_table = (cl_mem)&nv; /* only tested against NULL by the planner */
   r = fcl_plan_nvidia_forward(&nv, &ov, &p64, 0, NULL, &t);
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.stages == 2 && strstr(t.reason, "in 2 buffers"),
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && t.stages == 2 && strstr(t.reason, "in 2 buffers") && !t.mbar_ring,
         "planner, head_dim 64, paged K/V, FLASHCL_FORWARD_MMA_SHAPE=4,2,64,0,3: two tile buffers: %s", t.reason);
-  /* Rings at head_dim 128 (p: 136-element rows): five 32-key buffers fit 48 KiB (43 520 B), eight 64-key ones
+  /* Rings at head_dim 128 (p: 136-element rows): five 32-key buffers fit 48 KiB (43 600 B), eight 64-key ones
      (139 264 B) do not, and give way to the default plan. */
   check(fcl_parse_forward_mma_shape("2,1,32,0,5", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=2,1,32,0,5 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && t.tr == 2 && t.bc == 32 && t.stages == 5 && t.local_bytes == 43520 &&
+  check(r == 0 && t.tr == 2 && t.bc == 32 && t.stages == 5 && t.local_bytes == 43600 &&
             strstr(t.reason, "32-key tiles in 5 buffers") && strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=2,1,32,0,5: five tile buffers, %zu B: %s", t.local_bytes,
         t.reason);
@@ -191,17 +198,17 @@ static void planner_cases(void) {
   check(r == 0 && t.stages == 2 && t.local_bytes <= nv.local_mem_size && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=1,1,64,0,8 (does not fit): the default plan, %s", t.reason);
   /* Q in local memory past registers for its first k steps: 4 warps x 2 tiles (128 rows) at head_dim 128 take
-     the local Q tile's 112 columns (120-element rows) and two 32-key buffers: 48 128 B, where the whole Q tile
+     the local Q tile's 112 columns (120-element rows) and two 32-key buffers: 48 160 B, where the whole Q tile
      (52 224 B) does not fit. */
   check(fcl_parse_forward_mma_shape("4,2,32,1,2,1", ov.forward_mma_shape) == 0 && ov.forward_mma_shape[5] == 1,
         "FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,1 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 1 && t.local_bytes == 48128 &&
+  check(r == 0 && t.tr == 4 && t.rm == 2 && t.bc == 32 && t.qsmem == 1 && t.qregs == 1 && t.local_bytes == 48160 &&
             strstr(t.reason, "past its first 16 columns") && strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE"),
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,1: %zu B: %s", t.local_bytes, t.reason);
   check(fcl_parse_forward_mma_shape("4,2,32,1,2,0", ov.forward_mma_shape) == 0, "FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 parsed");
   r = fcl_plan_nvidia_forward(&nv, &ov, &p, 0, NULL, &t);
-  check(r == 0 && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && t.qregs == 2 && t.local_bytes == 44032,
+  check(r == 0 && !strstr(t.reason, "FLASHCL_FORWARD_MMA_SHAPE") && t.qregs == 2 && t.local_bytes == 44064,
         "planner, head_dim 128, FLASHCL_FORWARD_MMA_SHAPE=4,2,32,1,2,0 (does not fit): the default plan, %s", t.reason);
   /* qregs is dropped where it cannot apply: Q in registers already, f32, or as many k steps as head_dim has. */
   static const struct { const char *shape; int dtype; } no_qregs[] = {

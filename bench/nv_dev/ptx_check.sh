@@ -6,6 +6,7 @@
 # hint only (bench/nv_dev/nvbuild.c with -cl-nv-verbose on the GPU gives the real ones).
 # usage: bash bench/nv_dev/ptx_check.sh KERNEL_FILE "DEFINES" [OUT_PREFIX]
 #   e.g. bash bench/nv_dev/ptx_check.sh cl/nvidia/flash_bwd_mma.cl "-DMMA_KIND=1 -DDTYPE=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"
+# PTX that uses Hopper's instructions is declared PTX 8.0 for sm_90 before ptxas reads it.
 # Prints one line: "ok REGS SPILL_STORES SPILL_LOADS SMEM DEFINES" or "FAIL (stage) DEFINES" and the errors.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +25,8 @@ if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvidiacl -Xclang -targe
     -Dasm=__asm__ $defs -S -o "$pre.ptx" "$pre.cl" 2>"$pre.clang.log"; then
   echo "FAIL (clang) $defs"; grep -E "error" "$pre.clang.log" | head -10; exit 1
 fi
+# Hopper's instructions (mbarrier waits on a parity) need PTX 8.0 for sm_90, which clang 15 does not write.
+grep -q "mbarrier" "$pre.ptx" && sed -i 's/^\.version .*/.version 8.0/; s/^\.target sm_80/.target sm_90/' "$pre.ptx"
 if ! ptxas -arch=sm_90 -v "$pre.ptx" -o "$pre.o" 2>"$pre.ptxas.log"; then
   echo "FAIL (ptxas) $defs"; head -10 "$pre.ptxas.log"; exit 1
 fi

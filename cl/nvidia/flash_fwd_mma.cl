@@ -114,6 +114,12 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define RING_PENDING_(s) RING_PENDING_##s
 #define RING_PENDING(s) RING_PENDING_(s)
 #define RING_WAIT() CP_ASYNC_WAIT_GROUP(RING_PENDING(STAGES))
+#ifndef MBAR_RING
+#define MBAR_RING 0 /* 1: the ring's tiles synchronised by mbarriers, not work-group barriers (compute capability 9.0) */
+#endif
+#if MBAR_RING && KV == 2
+#error "flash_fwd_mma: paged keys resolve their rows between the ring's barriers (MBAR_RING 0)"
+#endif
 #define QOFF (STAGES * TILE)                 /* the Q tile [BR][DS] after the K/V ring */
 #define KVQ (STAGES * TILE + QSMEM * BR * QDS) /* elements: the K/V ring (and Q); later the O tile */
 #define SMEM (KVQ > BR * DS ? KVQ : BR * DS)
@@ -232,6 +238,13 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2 && STAGES != 2
 #error "flash_fwd_mma: a deeper ring loads tiles before their rows are resolved; paged keys take STAGES 2"
 #endif
+#if MBAR_RING
+  /* The ring's mbarriers (MBAR_RING): ring_bar[0][s] completes a phase when every work-item's copies of buffer
+     s's tile have landed, ring_bar[1][s] when every warp is done reading it. A warp waits for the tile it reads
+     next, and before copying its share of a tile for the reads of the tile that buffer held before; no barrier
+     of the whole work-group remains in the key loop, so a warp may run up to a copy ahead of the slowest. */
+  __local ulong ring_bar[2][STAGES];
+#endif
 
   const int lid = get_local_id(0);
   const int lane = lid & 31, warp = lid >> 5;
@@ -306,6 +319,34 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
+#if MBAR_RING
+  /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES, each work-item its share
+     once every warp has released tile n - STAGES (that buffer's phase n / STAGES - 1); RING_WAIT_TILE(n) until
+     every share has landed (phase n / STAGES); RING_RELEASE(n) after this warp's last read of it. */
+#define RING_BAR(which, n) SMEM_ADDR(&ring_bar[which][(n) % STAGES])
+#define RING_LOAD(n)                                                                                          \
+  do {                                                                                                       \
+    const int n_ = (n);                                                                                      \
+    if (n_ < 2 * ntiles) {                                                                                   \
+      if (n_ >= STAGES) MBAR_WAIT(RING_BAR(1, n_), (n_ / STAGES - 1) & 1);                                  \
+      fcl_load_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, PAGE(n_ >> 1, n_ & 1),  \
+                    kv_begin + (n_ >> 1) * BC, nk, lid);                                                     \
+      CP_ASYNC_MBAR_ARRIVE(RING_BAR(0, n_));                                                                 \
+    }                                                                                                        \
+  } while (0)
+#define RING_WAIT_TILE(n) MBAR_WAIT(RING_BAR(0, n), ((n) / STAGES) & 1)
+#define RING_RELEASE(n)                                                                                       \
+  do {                                                                                                       \
+    WARP_SYNC();                                                                                             \
+    if (lane == 0) MBAR_ARRIVE(RING_BAR(1, n));                                                              \
+  } while (0)
+  if (lid < STAGES) {
+    MBAR_INIT(SMEM_ADDR(&ring_bar[0][lid]), WG);
+    MBAR_INIT(SMEM_ADDR(&ring_bar[1][lid]), NW);
+    MBAR_INIT_FENCE();
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#else
   /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES; past the last key tile an
      empty commit group, so that every RING_WAIT counts the same groups. */
 #define RING_LOAD(n)                                                                                          \
@@ -317,6 +358,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     else                                                                                                     \
       CP_ASYNC_COMMIT();                                                                                     \
   } while (0)
+#endif
 
   const int wrow = warp * MT * 16;
 #if QSMEM
@@ -331,7 +373,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       CP_ASYNC16(Qs + r * QDS + cc * EPC, ok ? q + ROW_OFF(q0 + r, q_sh, q_sn) + QC0 + cc * EPC : q, ok ? 16 : 0);
     }
   }
-  /* The ring's first STAGES - 1 tiles (the Q copies join the first group). */
+  /* The ring's first STAGES - 1 tiles (the Q copies join the first group; with MBAR_RING, tile 0's arrivals,
+     which wait for every copy a work-item issued before them). */
 #pragma unroll
   for (int n = 0; n < STAGES - 1; ++n) RING_LOAD(n);
 #if DTYPE == 0
@@ -407,9 +450,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2
     if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
 #endif
+#if MBAR_RING
+    RING_LOAD(2 * j + STAGES - 1);
+    RING_WAIT_TILE(2 * j); /* K(j) */
+#else
     RING_WAIT(); /* K(j) has landed for this work-item ... */
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1), whose buffer is reused */
     RING_LOAD(2 * j + STAGES - 1);
+#endif
 #if DTYPE != 0
     const uint k_addr = k_lane + (uint)((2 * j) % STAGES * TILE * 2);
     const uint v_addr = v_lane + (uint)((2 * j + 1) % STAGES * TILE * 2);
@@ -477,6 +525,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         }
       }
     }
+#endif
+#if MBAR_RING
+    RING_RELEASE(2 * j);
 #endif
 
     /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
@@ -567,9 +618,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
 #endif
 
+#if MBAR_RING
+    RING_LOAD(2 * j + STAGES);
+    RING_WAIT_TILE(2 * j + 1); /* V(j) */
+#else
     RING_WAIT(); /* V(j) has landed */
     barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j), whose buffer is reused */
     RING_LOAD(2 * j + STAGES);
+#endif
 
 #if DTYPE == 0
     /* O += P V: each n8 tile of O over the key tile in fresh accumulators, then added in float. Lane (g, t)
@@ -610,6 +666,9 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
 #if KV == 2
     if (j + 2 < ntiles) PAGE_STORE(j + 2, k0 + 2 * BC);
+#endif
+#if MBAR_RING
+    RING_RELEASE(2 * j + 1);
 #endif
   }
 

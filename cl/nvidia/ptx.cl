@@ -1,7 +1,7 @@
 /* PTX building blocks of the NVIDIA tensor-core kernels (flash_fwd_mma.cl, flash_bwd_mma.cl; the host
  * builds each after common.cl and this file): the mma.sync m16n8k16 product with f16 or bf16 operands and
  * float accumulators (DTYPE 1 or 2), the m16n8k8 product of float operands split into TF32 parts (DTYPE 0),
- * ldmatrix, cp.async, the conversion of float pairs to the storage type, and the warp vote and quad shuffles
+ * ldmatrix, cp.async, mbarriers, the conversion of float pairs to the storage type, and the warp vote and quad shuffles
  * the online softmax and the non-finite checks use. */
 #if DTYPE == 1
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
@@ -30,6 +30,24 @@
 #define CP_ASYNC_WAIT_GROUP(n) asm volatile("cp.async.wait_group " CP_ASYNC_WAIT_STR_(n) ";\n" ::: "memory")
 #define CP_ASYNC_WAIT_ALL() CP_ASYNC_WAIT_GROUP(0)
 #define CP_ASYNC_WAIT_BUT_ONE() CP_ASYNC_WAIT_GROUP(1)
+
+/* mbarriers (64-bit words in local memory, by shared-window address; waiting on a phase's parity takes compute
+   capability 9.0): a phase completes when its count of arrivals has come in. Arrivals release this work-item's
+   earlier accesses; a wait that sees the phase complete acquires those of every arrival. */
+#define MBAR_INIT(bar, count) asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory")
+/* After MBAR_INIT, before any other work-item or copy arrives on the mbarrier. */
+#define MBAR_INIT_FENCE() asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")
+#define MBAR_ARRIVE(bar) asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(bar) : "memory")
+/* An arrival on bar once this work-item's cp.async copies issued so far have landed (counted in the phase's
+   arrivals given to MBAR_INIT). */
+#define CP_ASYNC_MBAR_ARRIVE(bar) asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory")
+/* Until the phase of parity `parity` (0 for the first, 1 for the second, ...) has completed. */
+#define MBAR_WAIT(bar, parity)                                                                               \
+  asm volatile("{\n .reg .pred p_;\n WAIT_:\n mbarrier.try_wait.parity.shared.b64 p_, [%0], %1;\n @!p_ bra WAIT_;\n}\n" \
+               ::"r"(bar), "r"(parity)                                                                       \
+               : "memory")
+/* The warp's work-items meet, and their earlier memory accesses are ordered before what each does next. */
+#define WARP_SYNC() asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory")
 
 /* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it. */
 #define LDSM_X4(r0, r1, r2, r3, addr)                                                    \
