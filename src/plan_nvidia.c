@@ -146,9 +146,6 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   fcl_tile_plan t = *out;
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   tile_rows(p, &t);
-  /* The ring on mbarriers from compute capability 9.0 (its waits), for dense keys (paged rows are resolved a
-     tile ahead between the ring's barriers). */
-  t.mbar_ring = caps->nv_cc_major >= 9 && !p->block_table;
   const nvidia_forward_shape *rule = forward_default(p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
@@ -209,6 +206,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     t.qregs = sh->qsmem && !f32 && sh->qregs * 16 < t.dp ? sh->qregs : 0;
     t.stages = sh->stages;
     t.br = t.tr * t.rm * 16;
+    /* The ring on mbarriers from compute capability 9.0 (its waits), for dense keys (paged rows are resolved
+       a tile ahead between the ring's barriers) and blocks of more than one warp of real rows: a lone warp's
+       barrier costs next to nothing, its mbarrier waits do (docs/notes-nvidia.md, v24). */
+    t.mbar_ring = caps->nv_cc_major >= 9 && !p->block_table && t.tr - (i == 1 ? copying : 0) > 1;
     t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
     found = fits(caps, t.local_bytes, t.wg);
     took_forced = found && i == 0;

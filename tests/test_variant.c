@@ -265,9 +265,10 @@ static void planner_cases(void) {
     const int64_t groups = r == 0 ? fcl_forward_row_blocks(&dp, &t) * fcl_forward_grid_heads(&dp, &t) * dp.batch : 0;
     const int64_t want_blocks = (dec[i].nq * (dec[i].pack ? dec[i].h / dec[i].hkv : 1) + dec[i].br - 1) / dec[i].br;
     /* QREG only beside a local Q tile (the kernel refuses anything else at build time, and the forward would
-       then fall back to the portable kernel: correct, but many times slower). */
+       then fall back to the portable kernel: correct, but many times slower); the mbarrier ring only for
+       blocks of more than one warp of real rows. */
     check(r == 0 && t.pack == dec[i].pack && t.br == dec[i].br && t.copy_warps == dec[i].copying &&
-              (t.qregs == 0 || t.qsmem) &&
+              (t.qregs == 0 || t.qsmem) && t.mbar_ring == (dec[i].br / 16 - dec[i].copying > 1) &&
               (strstr(t.reason, "one of padding rows") != NULL) == dec[i].copying && t.local_bytes <= h200.local_mem_size &&
               fcl_forward_row_blocks(&dp, &t) == want_blocks &&
               fcl_forward_grid_heads(&dp, &t) == (dec[i].pack ? dec[i].hkv : dec[i].h) &&
