@@ -146,7 +146,7 @@ typedef struct fcl_tile_plan {
                        group (PACK in common.cl; fcl_forward_packs for the portable kernel, plan_nvidia.c's own
                        rule for the tensor-core kernel) */
   int mbar_ring;    /* nvidia_mma forward: the K/V ring synchronised by mbarriers, not barriers (MBAR_RING;
-                       compute capability 9.0, dense keys) */
+                       compute capability 9.0, dense keys, more than one warp of real rows: plan_nvidia.c) */
   int copy_warps;   /* nvidia_mma forward: warps whose rows are all padding, added for their share of the tile
                        copies (batch-1 decode, plan_nvidia.c); fcl_plan_splits counts only the others */
   size_t local_bytes;

@@ -9,8 +9,9 @@
 #   bwdnobar   the one work-group barrier a step of the dK/dV and dQ kernels' loops dropped (a race): what a
 #              ring on mbarriers could gain there at most.
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/forward_parts.sh [VARIANT...]
-#   ROWS (default bench/nv_dev/ab_rows_forward.txt, for bwdnobar ab_rows_backward.txt) and BUDGET (s a variant, default 150) pass to ab.sh. v23's
-#   variants of the ring on work-group barriers (before 9.0, and paged keys) are in this file's history (e7e3630).
+#   ROWS (default bench/nv_dev/ab_rows_forward.txt, for bwdnobar ab_rows_backward.txt) and BUDGET (s a variant,
+#   default 150) pass to ab.sh. v23's variants of the ring on work-group barriers (before 9.0, and paged keys) are
+#   in this file's history (e7e3630).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 for v in ${@:-nowait norelease noload}; do

@@ -319,22 +319,32 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #define PAGE(j, kv) (&page[KV == 2 ? (j) & 1 : 0][kv][0])
+  /* The ring: tile n (K(n / 2) for even n, V(n / 2) for odd) goes into buffer n % STAGES; RING_LOAD(n) issues
+     this work-item's share of its copies, RING_ADVANCE(n, next) before the first read of tile n makes it readable
+     by every warp and starts tile next (n + STAGES - 1), RING_RELEASE(n) follows a warp's last read of it. */
+#define RING_COPY(n_)                                                                                         \
+  fcl_load_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, PAGE(n_ >> 1, n_ & 1),        \
+                kv_begin + (n_ >> 1) * BC, nk, lid)
 #if MBAR_RING
-  /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES, each work-item its share
-     once every warp has released tile n - STAGES (that buffer's phase n / STAGES - 1); RING_WAIT_TILE(n) until
-     every share has landed (phase n / STAGES); RING_RELEASE(n) after this warp's last read of it. */
+  /* On mbarriers: a work-item copies its share of tile n once every warp has released tile n - STAGES (that
+     buffer's phase n / STAGES - 1), and a warp waits until every share of the tile it reads next has landed
+     (phase n / STAGES), so warps meet at no barrier of the whole work-group. */
 #define RING_BAR(which, n) SMEM_ADDR(&ring_bar[which][(n) % STAGES])
 #define RING_LOAD(n)                                                                                          \
   do {                                                                                                       \
     const int n_ = (n);                                                                                      \
     if (n_ < 2 * ntiles) {                                                                                   \
       if (n_ >= STAGES) MBAR_WAIT(RING_BAR(1, n_), (n_ / STAGES - 1) & 1);                                  \
-      fcl_load_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, PAGE(n_ >> 1, n_ & 1),  \
-                    kv_begin + (n_ >> 1) * BC, nk, lid);                                                     \
+      RING_COPY(n_);                                                                                         \
       CP_ASYNC_MBAR_ARRIVE(RING_BAR(0, n_));                                                                 \
     }                                                                                                        \
   } while (0)
 #define RING_WAIT_TILE(n) MBAR_WAIT(RING_BAR(0, n), ((n) / STAGES) & 1)
+#define RING_ADVANCE(n, next)                                                                                 \
+  do {                                                                                                       \
+    RING_LOAD(next);                                                                                         \
+    RING_WAIT_TILE(n);                                                                                       \
+  } while (0)
 #define RING_RELEASE(n)                                                                                       \
   do {                                                                                                       \
     WARP_SYNC();                                                                                             \
@@ -347,17 +357,24 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 #else
-  /* Tile n of the ring (K(n / 2) for even n, V(n / 2) for odd) into buffer n % STAGES; past the last key tile an
-     empty commit group, so that every RING_WAIT counts the same groups. */
+  /* On work-group barriers: past the last key tile an empty commit group, so that every RING_WAIT counts the
+     same groups; tile n has landed for this work-item, then for all at the barrier, where every warp is also
+     done with tile n - 1, whose buffer tile n + STAGES - 1 reuses. */
 #define RING_LOAD(n)                                                                                          \
   do {                                                                                                       \
     const int n_ = (n);                                                                                      \
     if (n_ < 2 * ntiles)                                                                                     \
-      fcl_load_tile(Ks + (n_ % STAGES) * TILE, n_ & 1 ? v : k, n_ & 1 ? v_sn : k_sn, PAGE(n_ >> 1, n_ & 1),    \
-                    kv_begin + (n_ >> 1) * BC, nk, lid);                                                     \
+      RING_COPY(n_);                                                                                         \
     else                                                                                                     \
       CP_ASYNC_COMMIT();                                                                                     \
   } while (0)
+#define RING_ADVANCE(n, next)                                                                                 \
+  do {                                                                                                       \
+    RING_WAIT();                                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                            \
+    RING_LOAD(next);                                                                                         \
+  } while (0)
+#define RING_RELEASE(n)
 #endif
 
   const int wrow = warp * MT * 16;
@@ -450,14 +467,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2
     if (j + 2 < ntiles) PAGE_READ(k0 + 2 * BC);
 #endif
-#if MBAR_RING
-    RING_LOAD(2 * j + STAGES - 1);
-    RING_WAIT_TILE(2 * j); /* K(j) */
-#else
-    RING_WAIT(); /* K(j) has landed for this work-item ... */
-    barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with V(j-1), whose buffer is reused */
-    RING_LOAD(2 * j + STAGES - 1);
-#endif
+    RING_ADVANCE(2 * j, 2 * j + STAGES - 1); /* K(j) */
 #if DTYPE != 0
     const uint k_addr = k_lane + (uint)((2 * j) % STAGES * TILE * 2);
     const uint v_addr = v_lane + (uint)((2 * j + 1) % STAGES * TILE * 2);
@@ -526,9 +536,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
     }
 #endif
-#if MBAR_RING
     RING_RELEASE(2 * j);
-#endif
 
     /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
        never written); with modifiers, every score goes through the mask layer in log2 units. */
@@ -618,14 +626,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
       }
 #endif
 
-#if MBAR_RING
-    RING_LOAD(2 * j + STAGES);
-    RING_WAIT_TILE(2 * j + 1); /* V(j) */
-#else
-    RING_WAIT(); /* V(j) has landed */
-    barrier(CLK_LOCAL_MEM_FENCE); /* for every work-item; every warp is done with K(j), whose buffer is reused */
-    RING_LOAD(2 * j + STAGES);
-#endif
+    RING_ADVANCE(2 * j + 1, 2 * j + STAGES); /* V(j) */
 
 #if DTYPE == 0
     /* O += P V: each n8 tile of O over the key tile in fresh accumulators, then added in float. Lane (g, t)
@@ -667,9 +668,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #if KV == 2
     if (j + 2 < ntiles) PAGE_STORE(j + 2, k0 + 2 * BC);
 #endif
-#if MBAR_RING
     RING_RELEASE(2 * j + 1);
-#endif
   }
 
   /* Row sums over the quad; then O through local memory, so the global write is 16 bytes a work-item. */

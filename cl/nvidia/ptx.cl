@@ -1,8 +1,8 @@
 /* PTX building blocks of the NVIDIA tensor-core kernels (flash_fwd_mma.cl, flash_bwd_mma.cl; the host
  * builds each after common.cl and this file): the mma.sync m16n8k16 product with f16 or bf16 operands and
  * float accumulators (DTYPE 1 or 2), the m16n8k8 product of float operands split into TF32 parts (DTYPE 0),
- * ldmatrix, cp.async, mbarriers, the conversion of float pairs to the storage type, and the warp vote and quad shuffles
- * the online softmax and the non-finite checks use. */
+ * ldmatrix, cp.async, mbarriers, the conversion of float pairs to the storage type, and the warp vote and quad
+ * shuffles the online softmax and the non-finite checks use. */
 #if DTYPE == 1
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define CVT_OP "cvt.rn.f16x2.f32"
