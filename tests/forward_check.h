@@ -14,22 +14,34 @@ typedef struct fwd_case {
   float scale; /* 0: default */
   int with_lse;
   test_mods mods; /* score modifiers; zero: none */
-  int plant;      /* 1: non-finite values planted in V (below) */
+  int plant;      /* PLANT_NONFINITE or PLANT_RISING (below); 0: plain random inputs */
 } fwd_case;
 
 /* Planted V (plant 1), in every (batch, kv head): row nk/3 holds +inf in column 0 and -inf in its last column,
    row 2nk/3 is NaN throughout. A hidden key must be excluded, not weighted by zero: an output element whose
    float64 reference (a sum over visible keys only) is NaN or +-inf must be exactly that, every other element
    finite and within the case's bound. */
+#define PLANT_NONFINITE 1
 #define PLANT_INF_ROW(nk) ((nk) / 3)
 #define PLANT_NAN_ROW(nk) (2 * (nk) / 3)
+
+/* Rising scores (plant 2): K row j scaled by 1 + 8 j / nk, so that each row's maximum climbs past its running
+   maximum several times along the keys, by more than 2^8 at a time (the tensor-core kernel moves its reference
+   maximum only then, and lets it lag by up to 2^8 in between), and for f32 and bf16 V scaled by 2^121: within
+   2^7 of float's range, so that p V summed against a lagging maximum overflows, while an exact softmax's
+   sum p |V| <= nk 2^121 stays finite (nk < 128, checked). */
+#define PLANT_RISING 2
+#define PLANT_RISING_K(j, nk) (1.0f + 8.0f * (float)(j) / (float)(nk))
+#define PLANT_RISING_V 0x1p121f
 
 /* ||o - ref|| / ||ref|| bounds: float32 arithmetic, and the storage rounding of the output for f16/bf16. */
 #define FWD_TOL_F32 1e-5
 #define FWD_TOL_F16 2e-3
 #define FWD_TOL_BF16 1.6e-2
-/* lse is float32 whatever the dtype: max abs error bound. */
+/* lse is float32 whatever the dtype: max abs error bound, for lse up to 16 in magnitude; above that (rising scores'
+   lse reach the hundreds, and so do their float32 scores' errors in proportion) it grows with the largest |lse|. */
 #define FWD_TOL_LSE 1e-4
+#define FWD_TOL_LSE_SPAN 16.0
 
 double forward_tolerance(fcl_dtype t);
 void describe_case(const fwd_case *c, char *out, size_t size);

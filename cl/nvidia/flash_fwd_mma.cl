@@ -94,7 +94,10 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define QDS (DS - QC0)             /* its row stride: 16 bytes past a multiple of 32 as DS is, for ldmatrix */
 #define QCH ((DP - QC0) / EPC)     /* 16-byte chunks in a row of it */
 #ifndef LAZY_RESCALE
-#define LAZY_RESCALE 1 /* 1: skip rescaling O when no row maximum of the warp changed */
+#define LAZY_RESCALE 1 /* 1: skip rescaling O when no row's reference maximum in the warp moved */
+#endif
+#ifndef RESCALE_SLACK
+#define RESCALE_SLACK 8.0f /* log2 units a row's maximum may pass its reference before the reference moves */
 #endif
 #ifndef STAGES
 #define STAGES 2 /* tile buffers of the K/V ring; STAGES - 1 tiles in flight while one is read */
@@ -554,7 +557,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           }
     }
 
-    /* Online softmax in log2 units: p = 2^(s su - m su). */
+    /* Online softmax in log2 units: p = 2^(s su - m su), m the row's reference maximum. The reference moves
+       to the row's maximum only when that passes it by more than RESCALE_SLACK (at the row's first visible
+       key always: m is -inf until then); below that p stays under 2^RESCALE_SLACK, which float, f16 and bf16
+       hold as well as values under 1, and O and l, both taken relative to m, need no rescaling: O / l and
+       lse = m su + log2 l come out the same. After a row's first tiles its maximum rarely passes by that
+       much, so a warp rarely rescales (with slack 0, 32 rows of random scores moved a maximum in most
+       tiles). O can only overflow where |V| is within 2^RESCALE_SLACK of float's range; such rows take the
+       non-finite path below, which recomputes them against their true maximum. */
     float alpha[MT][2];
     int changed = 0;
 #pragma unroll
@@ -566,11 +576,13 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         for (int i = 0; i < NT; ++i) mx = fmax(mx, fmax(s[mt][i][2 * hr], s[mt][i][2 * hr + 1]));
         mx = fmax(mx, fcl_shfl_xor1(mx));
         mx = fmax(mx, fcl_shfl_xor2(mx));
+        /* (-inf - -inf is NaN: a row that has seen no visible key keeps m = -inf) */
+        const float mr = (mx - m[mt][hr]) * su > RESCALE_SLACK ? mx : m[mt][hr];
         /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
-        const float mu = mx == -INFINITY ? 0.0f : mx * su;
+        const float mu = mr == -INFINITY ? 0.0f : mr * su;
         alpha[mt][hr] = fcl_exp2(m[mt][hr] * su - mu);
-        changed |= mx != m[mt][hr];
-        m[mt][hr] = mx;
+        changed |= mr != m[mt][hr];
+        m[mt][hr] = mr;
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
@@ -583,8 +595,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         l[mt][hr] = l[mt][hr] * alpha[mt][hr] + sum;
       }
     }
-    /* O rows scale by alpha; alpha is exactly 1 wherever the maximum stayed, so a warp whose maxima all
-       stayed skips the multiplications (the branch is uniform over the warp). */
+    /* O rows scale by alpha; alpha is exactly 1 wherever the reference stayed, so a warp whose references
+       all stayed skips the multiplications (the branch is uniform over the warp). */
 #if LAZY_RESCALE
     if (fcl_warp_any(changed))
 #endif
@@ -683,9 +695,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   /* A NaN or inf in a V row that some row does not see reaches that row's O as 0 * inf: the tensor cores
      multiply every entry of P, zero or not. Finite inputs never make an accumulator non-finite (|O| is at
      most l max|V|), so a warp whose accumulators are all finite goes on after one vote. Otherwise each of its
-     rows with a non-finite accumulator is computed again in float32 from global memory, over the same keys
-     and with the same final maximum, adding p V only where p != 0 (as the portable kernel does): slow, and
-     taken only for non-finite inputs. */
+     rows with a non-finite accumulator is computed again in float32 from global memory, over the same keys:
+     a first pass finds the row's true maximum (the reference may lag it by the slack, and with it O could
+     overflow again), a second sums p and adds p V only where p != 0 (as the portable kernel does): slow, and
+     taken only for non-finite inputs (or |V| within 2^RESCALE_SLACK of float's range). */
   int nonfinite = 0;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -706,28 +719,38 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
         const int row = q0 + wrow + mt * 16 + g + hr * 8;
         if (!bad || row >= nrows) continue;
         __global const store_t *qr = q + ROW_OFF(row, q_sh, q_sn);
-        const float mu = m[mt][hr] == -INFINITY ? 0.0f : m[mt][hr] * su;
 #pragma unroll
         for (int i = 0; i < OT; ++i) acc[mt][i][2 * hr] = acc[mt][i][2 * hr + 1] = 0.0f;
-        for (int c = kv_begin; c < kv_end; ++c) {
-          const int2 e = KV == 2 ? fcl_key_block(&seq, c) : (int2)(0, 0);
-          const long ko = KV == 2 ? fcl_block_offset(e, k_sb, k_sn) : (long)c * k_sn;
-          const long vo = KV == 2 ? fcl_block_offset(e, v_sb, v_sn) : (long)c * v_sn;
-          __global const store_t *kr = k + ko, *vr = v + vo;
-          float x = ko < 0 ? NAN : 0.0f; /* a key of a block outside the pool is NaN */
-          if (ko >= 0)
-            for (int d = 0; d < D; ++d) x = fma(LOAD(qr, d), LOAD(kr, d), x);
-          x = SCORE_MODS ? fcl_score(ROW_MODS(mt, hr), x * sl2, ROW_I(row), c, nq, nk)
-                         : (fcl_visible(&mods, ROW_I(row), c, nk) ? x : -INFINITY);
-          const float p = native_exp2(fma(x, su, -mu));
-          if (p != 0.0f)
+        float mx = -INFINITY, mu = 0.0f, sum = 0.0f;
+        for (int pass = 0; pass < 2; ++pass) {
+          for (int c = kv_begin; c < kv_end; ++c) {
+            const int2 e = KV == 2 ? fcl_key_block(&seq, c) : (int2)(0, 0);
+            const long ko = KV == 2 ? fcl_block_offset(e, k_sb, k_sn) : (long)c * k_sn;
+            const long vo = KV == 2 ? fcl_block_offset(e, v_sb, v_sn) : (long)c * v_sn;
+            __global const store_t *kr = k + ko, *vr = v + vo;
+            float x = ko < 0 ? NAN : 0.0f; /* a key of a block outside the pool is NaN */
+            if (ko >= 0)
+              for (int d = 0; d < D; ++d) x = fma(LOAD(qr, d), LOAD(kr, d), x);
+            x = SCORE_MODS ? fcl_score(ROW_MODS(mt, hr), x * sl2, ROW_I(row), c, nq, nk)
+                           : (fcl_visible(&mods, ROW_I(row), c, nk) ? x : -INFINITY);
+            if (pass == 0) {
+              mx = fmax(mx, x);
+              continue;
+            }
+            const float p = native_exp2(fma(x, su, -mu));
+            sum += p;
+            if (p != 0.0f)
 #pragma unroll
-            for (int i = 0; i < OT; ++i)
-              if (i * 8 + 2 * t < D) {
-                acc[mt][i][2 * hr] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
-                acc[mt][i][2 * hr + 1] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
-              }
+              for (int i = 0; i < OT; ++i)
+                if (i * 8 + 2 * t < D) {
+                  acc[mt][i][2 * hr] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
+                  acc[mt][i][2 * hr + 1] = fma(p, vo < 0 ? NAN : LOAD(vr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
+                }
+          }
+          mu = mx == -INFINITY ? 0.0f : mx * su; /* as in the key loop: a row that saw nothing subtracts 0 */
         }
+        m[mt][hr] = mx; /* O, l and lse of the row relative to its true maximum */
+        l[mt][hr] = sum;
       }
   }
 #if SPLIT
