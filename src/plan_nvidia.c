@@ -71,13 +71,12 @@ typedef struct nvidia_forward_shape {
    above 256. All keep two buffers: a second K tile measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). */
 static const struct {
   int max_head_dim;
-  int causal_max_rows; /* > 0: only for causal problems of at most this many query rows; -1: any causal */
+  int causal_max_rows; /* > 0: only for causal problems of at most this many query rows */
   nvidia_forward_shape shape;
 } forward_defaults[] = {
-    /* causal: 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: 4-6% faster than Q in local memory
-       at N = 4096 and 16384, f16 and bf16 (v12); not causal the two are within the runs' spread */
-    {64, -1, {4, 2, 64, 0, 2, 0}},
-    {64, 0, {4, 2, 64, 1, 2, 0}},   /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in local memory */
+    /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: causal 4-6% faster than Q in local memory
+       at N = 4096 and 16384, f16 and bf16 (v12); not causal, once O was rarely rescaled (v25), 0-3% faster */
+    {64, 0, {4, 2, 64, 0, 2, 0}},
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
     {128, 2048, {4, 1, 64, 0, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 32-key tiles; Q's first 32 columns in registers and the other 96 in local
@@ -108,7 +107,7 @@ static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   for (size_t i = 0; i < n; ++i) {
     const int max_rows = forward_defaults[i].causal_max_rows;
     if (p->d <= forward_defaults[i].max_head_dim &&
-        (max_rows == 0 || (p->causal && (max_rows < 0 || p->nq <= max_rows))))
+        (max_rows == 0 || (p->causal && p->nq <= max_rows)))
       return &forward_defaults[i].shape;
   }
   return &forward_defaults[n - 1].shape;
