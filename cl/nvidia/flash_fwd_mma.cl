@@ -94,7 +94,7 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define QDS (DS - QC0)             /* its row stride: 16 bytes past a multiple of 32 as DS is, for ldmatrix */
 #define QCH ((DP - QC0) / EPC)     /* 16-byte chunks in a row of it */
 #ifndef LAZY_RESCALE
-#define LAZY_RESCALE 1 /* 1: skip rescaling O when no row's reference maximum in the warp moved */
+#define LAZY_RESCALE 1 /* 1: skip reducing row maxima and rescaling O when no reference maximum of the warp moves */
 #endif
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f /* log2 units a row's maximum may pass its reference before the reference moves */
@@ -564,43 +564,41 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
        lse = m su + log2 l come out the same. After a row's first tiles its maximum rarely passes by that
        much, so a warp rarely rescales (with slack 0, 32 rows of random scores moved a maximum in most
        tiles). O can only overflow where |V| is within 2^RESCALE_SLACK of float's range; such rows take the
-       non-finite path below, which recomputes them against their true maximum. */
-    float alpha[MT][2];
-    int changed = 0;
+       non-finite path below, which recomputes them against their true maximum.
+       Each lane first takes its own part of each row's maximum: only when some lane of the warp holds a score
+       past its row's reference by more than the slack does the warp reduce the maxima over its quads (two
+       shuffles a row, on the way to the exponentials), move the references that passed and rescale O and l
+       (the branch is uniform over the warp; alpha is exactly 1 wherever a reference stayed). */
+    float mx[MT][2];
+    int passed = 0;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        float mx = m[mt][hr];
+        float x = m[mt][hr];
 #pragma unroll
-        for (int i = 0; i < NT; ++i) mx = fmax(mx, fmax(s[mt][i][2 * hr], s[mt][i][2 * hr + 1]));
-        mx = fmax(mx, fcl_shfl_xor1(mx));
-        mx = fmax(mx, fcl_shfl_xor2(mx));
+        for (int i = 0; i < NT; ++i) x = fmax(x, fmax(s[mt][i][2 * hr], s[mt][i][2 * hr + 1]));
+        mx[mt][hr] = x;
         /* (-inf - -inf is NaN: a row that has seen no visible key keeps m = -inf) */
-        const float mr = (mx - m[mt][hr]) * su > RESCALE_SLACK ? mx : m[mt][hr];
-        /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
-        const float mu = mr == -INFINITY ? 0.0f : mr * su;
-        alpha[mt][hr] = fcl_exp2(m[mt][hr] * su - mu);
-        changed |= mr != m[mt][hr];
-        m[mt][hr] = mr;
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-          const float p0 = fcl_exp2(fma(s[mt][i][2 * hr], su, -mu));
-          const float p1 = fcl_exp2(fma(s[mt][i][2 * hr + 1], su, -mu));
-          s[mt][i][2 * hr] = p0;
-          s[mt][i][2 * hr + 1] = p1;
-          sum += p0 + p1;
-        }
-        l[mt][hr] = l[mt][hr] * alpha[mt][hr] + sum;
+        passed |= (x - m[mt][hr]) * su > RESCALE_SLACK;
       }
-    }
-    /* O rows scale by alpha; alpha is exactly 1 wherever the reference stayed, so a warp whose references
-       all stayed skips the multiplications (the branch is uniform over the warp). */
 #if LAZY_RESCALE
-    if (fcl_warp_any(changed))
+    if (fcl_warp_any(passed))
 #endif
     {
+      float alpha[MT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float x = mx[mt][hr];
+          x = fmax(x, fcl_shfl_xor1(x));
+          x = fmax(x, fcl_shfl_xor2(x));
+          const float mr = (x - m[mt][hr]) * su > RESCALE_SLACK ? x : m[mt][hr];
+          alpha[mt][hr] = fcl_exp2(m[mt][hr] * su - (mr == -INFINITY ? 0.0f : mr * su));
+          m[mt][hr] = mr;
+          l[mt][hr] *= alpha[mt][hr];
+        }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -611,6 +609,23 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           acc[mt][i][3] *= alpha[mt][1];
         }
     }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        /* A row that has seen no visible key yet keeps m = -inf; subtract 0 then, so no NaN appears. */
+        const float mu = m[mt][hr] == -INFINITY ? 0.0f : m[mt][hr] * su;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          const float p0 = fcl_exp2(fma(s[mt][i][2 * hr], su, -mu));
+          const float p1 = fcl_exp2(fma(s[mt][i][2 * hr + 1], su, -mu));
+          s[mt][i][2 * hr] = p0;
+          s[mt][i][2 * hr + 1] = p1;
+          sum += p0 + p1;
+        }
+        l[mt][hr] += sum;
+      }
 
 #if DTYPE == 0
     /* P in the A layout of P V's 8-key steps (keys in the order 0 2 4 6 1 3 5 7), split into TF32 parts. */
