@@ -26,20 +26,21 @@ typedef struct fwd_case {
 #define PLANT_NAN_ROW(nk) (2 * (nk) / 3)
 
 /* Rising scores (plant 2): K row j scaled by 1 + 8 j / nk, so that each row's maximum climbs past its running
-   maximum several times along the keys, by more than 2^8 at a time (the tensor-core kernel moves its reference
-   maximum only then, and lets it lag by up to 2^8 in between), and for f32 and bf16 V scaled by 2^121: within
-   2^7 of float's range, so that p V summed against a lagging maximum overflows, while an exact softmax's
-   sum p |V| <= nk 2^121 stays finite (nk < 128, checked). */
+   maximum along the keys, by more than 2^8 at a time (the tensor-core kernel moves its reference maximum only
+   then, and lets it lag by up to 2^8 in between); in f32 and bf16 with nk < 128, V is also scaled by 2^121:
+   within 2^7 of float's range, so that p V summed against a lagging maximum may overflow (the kernel must then
+   recompute the row), while an exact softmax's sum p |V| < nk 2^121 stays finite. */
 #define PLANT_RISING 2
 #define PLANT_RISING_K(j, nk) (1.0f + 8.0f * (float)(j) / (float)(nk))
 #define PLANT_RISING_V 0x1p121f
+#define PLANT_RISING_SCALES_V(nk, dtype) ((nk) < 128 && (dtype) != FCL_DTYPE_F16)
 
 /* ||o - ref|| / ||ref|| bounds: float32 arithmetic, and the storage rounding of the output for f16/bf16. */
 #define FWD_TOL_F32 1e-5
 #define FWD_TOL_F16 2e-3
 #define FWD_TOL_BF16 1.6e-2
-/* lse is float32 whatever the dtype: max abs error bound, for lse up to 16 in magnitude; above that (rising scores'
-   lse reach the hundreds, and so do their float32 scores' errors in proportion) it grows with the largest |lse|. */
+/* lse is float32 whatever the dtype: max abs error bound; for rising scores (PLANT_RISING), whose lse reach the
+   hundreds, a row's error is taken over max(1, |lse| / FWD_TOL_LSE_SPAN). */
 #define FWD_TOL_LSE 1e-4
 #define FWD_TOL_LSE_SPAN 16.0
 

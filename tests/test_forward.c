@@ -130,13 +130,16 @@ static int full_cases(fwd_case *list) {
     n = add(list, n, (fwd_case){1, 2, 0, 45, 61, odd_dims[i], dtypes[i % 3], (int)(i % 2), LAYOUT_BHND, 0, 0});
   /* Scores large enough that a softmax without max subtraction would overflow. */
   n = add(list, n, (fwd_case){1, 2, 0, 70, 70, 8, FCL_DTYPE_F32, 0, LAYOUT_BHND, 30.0f, 1});
-  /* Rising scores with V near float's range (forward_check.h): a row's maximum passes its running maximum
-     several times, by more than the tensor-core kernel lets its reference maximum lag. */
+  /* Rising scores (forward_check.h): a row's maximum passes its running maximum by more than the tensor-core
+     kernel lets its reference maximum lag; below 128 keys with V near float's range in f32 and bf16 (overflow
+     against a lagging maximum), and over 700 keys, where each row's maximum passes many times, with sinks. */
   const test_mods no_mods = {0, 0, 0, 0, 0, 0, 0, 0}, softcap = {40.0f, 0, 0, 0, 0, 0, 0, 0};
+  const test_mods sinks_only = {0, 0, 0, 0, 0, 0, 0, 1};
   for (int t = 0; t < 3; ++t) {
     n = add(list, n, (fwd_case){2, 2, 0, 70, 100, 64, dtypes[t], 0, LAYOUT_BHND, 1.0f, 1, no_mods, PLANT_RISING});
     n = add(list, n, (fwd_case){1, 4, 2, 127, 127, 128, dtypes[t], 1, LAYOUT_BNHD, 1.0f, 1, no_mods, PLANT_RISING});
     n = add(list, n, (fwd_case){1, 4, 1, 3, 120, 96, dtypes[t], 0, LAYOUT_BHND, 1.0f, 1, softcap, PLANT_RISING});
+    n = add(list, n, (fwd_case){1, 2, 0, 150, 700, 128, dtypes[t], t == 1, LAYOUT_BHND, 1.0f, 1, sinks_only, PLANT_RISING});
   }
   return n;
 }

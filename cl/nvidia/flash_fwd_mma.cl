@@ -563,12 +563,14 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
        hold as well as values under 1, and O and l, both taken relative to m, need no rescaling: O / l and
        lse = m su + log2 l come out the same. After a row's first tiles its maximum rarely passes by that
        much, so a warp rarely rescales (with slack 0, 32 rows of random scores moved a maximum in most
-       tiles). O can only overflow where |V| is within 2^RESCALE_SLACK of float's range; such rows take the
-       non-finite path below, which recomputes them against their true maximum.
+       tiles). O's accumulator, at most 2^RESCALE_SLACK l max|V| against l max|V| with the true maximum, can
+       overflow where that comes within 2^RESCALE_SLACK of float's range (|V| near it, or very long rows);
+       such rows take the non-finite path below, which recomputes them against their true maximum.
        Each lane first takes its own part of each row's maximum: only when some lane of the warp holds a score
        past its row's reference by more than the slack does the warp reduce the maxima over its quads (two
        shuffles a row, on the way to the exponentials), move the references that passed and rescale O and l
-       (the branch is uniform over the warp; alpha is exactly 1 wherever a reference stayed). */
+       (the branch is uniform over the warp; alpha is exactly 1 wherever a finite reference stayed, and 0 for a
+       row still at -inf, whose O and l hold nothing but zeros then). */
     float mx[MT][2];
     int passed = 0;
 #pragma unroll
@@ -708,12 +710,12 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     }
 
   /* A NaN or inf in a V row that some row does not see reaches that row's O as 0 * inf: the tensor cores
-     multiply every entry of P, zero or not. Finite inputs never make an accumulator non-finite (|O| is at
-     most l max|V|), so a warp whose accumulators are all finite goes on after one vote. Otherwise each of its
-     rows with a non-finite accumulator is computed again in float32 from global memory, over the same keys:
-     a first pass finds the row's true maximum (the reference may lag it by the slack, and with it O could
-     overflow again), a second sums p and adds p V only where p != 0 (as the portable kernel does): slow, and
-     taken only for non-finite inputs (or |V| within 2^RESCALE_SLACK of float's range). */
+     multiply every entry of P, zero or not; and against a reference maximum that lags the true one (the
+     slack above), finite inputs whose exact result nears float's range can overflow. A warp whose
+     accumulators are all finite goes on after one vote. Otherwise each of its rows with a non-finite
+     accumulator is computed again in float32 from global memory, over the same keys: a first pass finds the
+     row's true maximum, a second sums p and adds p V only where p != 0 (as the portable kernel does): slow,
+     and taken only for non-finite inputs or results within 2^RESCALE_SLACK of float's range. */
   int nonfinite = 0;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
