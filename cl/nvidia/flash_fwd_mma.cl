@@ -562,8 +562,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
        key always: m is -inf until then); below that p stays under 2^RESCALE_SLACK, which float, f16 and bf16
        hold as well as values under 1, and O and l, both taken relative to m, need no rescaling: O / l and
        lse = m su + log2 l come out the same. After a row's first tiles its maximum rarely passes by that
-       much, so a warp rarely rescales (with slack 0, 32 rows of random scores moved a maximum in most
-       tiles). O's accumulator, at most 2^RESCALE_SLACK l max|V| against l max|V| with the true maximum, can
+       much, so a warp rarely rescales (with slack 0, some row of a warp's 32 finds a new maximum in most
+       tiles of random scores). O's accumulator, at most 2^RESCALE_SLACK l max|V| against l max|V| with the true maximum, can
        overflow where that comes within 2^RESCALE_SLACK of float's range (|V| near it, or very long rows);
        such rows take the non-finite path below, which recomputes them against their true maximum.
        Each lane first takes its own part of each row's maximum: only when some lane of the warp holds a score
