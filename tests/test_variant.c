@@ -130,14 +130,23 @@ static void planner_cases(void) {
     check(r != 0 && t.variant != FCL_VARIANT_NVIDIA_FORWARD && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
           t.reason);
   }
-  /* The first shape at head_dim 64, causal or not: Q in registers. */
-  for (int causal = 0; causal < 2; ++causal) {
-    fcl_problem pc = problem(64, FCL_DTYPE_F16, 0);
-    pc.causal = causal;
+  /* The first shapes at head_dim 64 (Q in registers): causal up to 4096 query rows 4 warps x 1 tile with
+     128-key tiles; otherwise 4 warps x 2 tiles, with 128-key tiles in f16 and 64-key tiles in bf16. */
+  static const struct {
+    int causal;
+    int64_t nq;
+    fcl_dtype dtype;
+    int rm, bc;
+  } d64[] = {{1, 100, FCL_DTYPE_F16, 1, 128},   {1, 4096, FCL_DTYPE_BF16, 1, 128}, {1, 4097, FCL_DTYPE_F16, 2, 128},
+             {1, 16384, FCL_DTYPE_BF16, 2, 64}, {0, 100, FCL_DTYPE_F16, 2, 128},   {0, 4096, FCL_DTYPE_BF16, 2, 64}};
+  for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; ++i) {
+    fcl_problem pc = test_problem(64, d64[i].dtype, d64[i].nq, 0);
+    pc.causal = d64[i].causal;
     const int rc = fcl_plan_nvidia_forward(&nv, &no_overrides, &pc, 0, NULL, &t);
-    check(rc == 0 && t.tr == 4 && t.rm == 2 && t.bc == 64 && !t.qsmem,
-          "planner: head_dim 64, %s: 4 warps x 2 tiles, 64-key tiles, Q in %s", causal ? "causal" : "not causal",
-          t.qsmem ? "local memory" : "registers");
+    check(rc == 0 && t.tr == 4 && t.rm == d64[i].rm && t.bc == d64[i].bc && !t.qsmem,
+          "planner: head_dim 64, %s, %s, %lld query rows: 4 warps x %d tiles (want %d), %d-key tiles (want %d), Q in %s",
+          dtype_name(d64[i].dtype), d64[i].causal ? "causal" : "not causal", (long long)d64[i].nq, t.rm, d64[i].rm, t.bc,
+          d64[i].bc, t.qsmem ? "local memory" : "registers");
   }
   /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
   fcl_device_caps small = nv;
