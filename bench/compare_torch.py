@@ -8,7 +8,9 @@ For every (dtype, head_dim, causal, N) it runs
     explicit matmuls, softmax in float32), each timed with triton.testing.do_bench(return_mode="median"),
 on tensors of shape [B, H, N, d] (contiguous, as flashcl's default layout), and prints one side-by-side
 table with the time ratio flashcl / PyTorch-flash per row (above 1: flashcl is slower) and the ratio to
-the fastest PyTorch variant. A backend that does not take a shape or dtype (e.g. flash with float32)
+the fastest PyTorch variant. Before each timed run do_bench clears the L2 cache by writing 256 MB, which
+also keeps the GPU busy up to the launch; flashcl-bench does the same with --flush 256 (the default of
+--flush here; --flush 0 times flashcl without it). A backend that does not take a shape or dtype (e.g. flash with float32)
 shows "n/a"; one that runs out of memory shows "oom".
 
 --backward times the backward pass instead: flashcl-bench --impl backward against
@@ -111,7 +113,9 @@ def parse_args(argv):
     p.add_argument("--backward", action="store_true", help="time the backward pass")
     p.add_argument("--decode", action="store_true", help="time the decode rows (see above)")
     p.add_argument("--decode-rows", type=decode_rows, default=DECODE_ROWS, metavar="B,H,HKV,Q,N;...")
-    p.add_argument("--flush", type=int, default=256, help="--decode: flashcl-bench --flush MiB")
+    p.add_argument("--flush", type=int, default=256,
+                   help="flashcl-bench --flush MiB (0: none): a fill before each flashcl run, as do_bench clears "
+                        "the L2 cache before each PyTorch run")
     p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
     p.add_argument("--skip", type=lambda t: [x for x in t.split(",") if x], default=[],
                    help="PyTorch variants not to time (comma separated, from %s); shown as 'skipped'"
@@ -145,6 +149,8 @@ def flashcl_command(a, dtype, head_dim, causal):
            "--iters", str(a.iters), "--warmup", str(a.warmup)]
     if a.kv_heads:
         cmd += ["--kv-heads", str(a.kv_heads)]
+    if a.flush:
+        cmd += ["--flush", str(a.flush)]
     if causal:
         cmd.append("--causal")
     if a.device is not None:
@@ -479,8 +485,9 @@ def self_test():
           "lists, causal yes, backward")
     cmd = flashcl_command(a, "bf16", 128, True)
     check(cmd[1:3] == ["--json", "--dtype"] and "--causal" in cmd and cmd[cmd.index("--impl") + 1] == "backward"
-          and cmd[cmd.index("--seqlen") + 1] == "512,1024" and cmd[cmd.index("--device") + 1] == "NVIDIA",
-          "flashcl-bench command line")
+          and cmd[cmd.index("--seqlen") + 1] == "512,1024" and cmd[cmd.index("--device") + 1] == "NVIDIA"
+          and cmd[cmd.index("--flush") + 1] == "256", "flashcl-bench command line")
+    check("--flush" not in flashcl_command(parse_args(["--flush", "0"]), "f16", 64, False), "--flush 0: no fill")
     a2 = parse_args(["--with-reference"])
     check(flashcl_command(a2, "f16", 64, False)[flashcl_command(a2, "f16", 64, False).index("--impl") + 1]
           == "flash,reference" and "--causal" not in flashcl_command(a2, "f16", 64, False), "forward with reference")
