@@ -73,24 +73,27 @@ static const struct {
   int max_head_dim;
   int causal_max_rows; /* > 0: only for causal problems of at most this many query rows */
   int dtype;           /* > 0: only for this fcl_dtype + 1 */
+  int plain;           /* 1: only without softcap, ALiBi or a mask (the scores' modifiers) and paged keys */
   nvidia_forward_shape shape;
 } forward_defaults[] = {
     /* causal with at most 4096 query rows: 4 warps x 1 tile (64 rows), 128-key tiles, Q in registers: at N =
        1024 8% faster than 4 x 2 x 64, at 4096 0-1%, at 16384 10% slower (v26) */
-    {64, 4096, 0, {4, 1, 128, 0, 2, 0}},
+    {64, 4096, 0, 0, {4, 1, 128, 0, 2, 0}},
     /* f16: 4 warps x 2 tiles (128 rows), 128-key tiles (FlashAttention-2's tile at head_dim 64), Q in
-       registers: 1.5-3.7% faster than 64-key tiles not causal, equal causal; bf16 ran 3.5-7% slower (v26) */
-    {64, 0, FCL_DTYPE_F16 + 1, {4, 2, 128, 0, 2, 0}},
+       registers: 1.5-3.7% faster than 64-key tiles not causal, equal causal; bf16 ran 3.5-7% slower (v26).
+       It spills (148 B in f16, 252 B in bf16 on the H200); the modifiers' code and paged keys' would spill
+       more (720 B with every modifier, 96 B paged, by clang's code generator), so those keep 64-key tiles. */
+    {64, 0, FCL_DTYPE_F16 + 1, 1, {4, 2, 128, 0, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: causal 4-6% faster than Q in local memory
        at N = 4096 and 16384, f16 and bf16 (v12); not causal, once O was rarely rescaled (v25), 0-3% faster */
-    {64, 0, 0, {4, 2, 64, 0, 2, 0}},
+    {64, 0, 0, 0, {4, 2, 64, 0, 2, 0}},
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
-    {128, 2048, 0, {4, 1, 64, 0, 2, 0}},
+    {128, 2048, 0, 0, {4, 1, 64, 0, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 32-key tiles; Q's first 32 columns in registers and the other 96 in local
        memory (26 KiB + K,V 17 KiB of 48 KiB), where the whole Q tile (35 KiB) would not fit: 7-13% faster than
        2 warps x 2 tiles with all of Q in local memory (v20) */
-    {128, 0, 0, {4, 2, 32, 1, 2, 2}},
-    {256, 0, 0, {4, 1, 32, 0, 2, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+    {128, 0, 0, 0, {4, 2, 32, 1, 2, 2}},
+    {256, 0, 0, 0, {4, 1, 32, 0, 2, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
 /* f32 (3xTF32, m16n8k8): floats take twice the local memory and their Q fragments twice the registers, so
@@ -111,10 +114,11 @@ static const nvidia_forward_shape forward_fallbacks[] = {
 static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
   if (p->dtype == FCL_DTYPE_F32) return &forward_f32_defaults[p->d > 64];
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
+  const int modified = p->softcap != 0.0f || p->alibi || p->mask || p->block_table;
   for (size_t i = 0; i < n; ++i) {
     const int max_rows = forward_defaults[i].causal_max_rows, dtype = forward_defaults[i].dtype;
     if (p->d <= forward_defaults[i].max_head_dim && (max_rows == 0 || (p->causal && p->nq <= max_rows)) &&
-        (dtype == 0 || (int)p->dtype + 1 == dtype))
+        (dtype == 0 || (int)p->dtype + 1 == dtype) && !(forward_defaults[i].plain && modified))
       return &forward_defaults[i].shape;
   }
   return &forward_defaults[n - 1].shape;

@@ -136,17 +136,20 @@ static void planner_cases(void) {
     int causal;
     int64_t nq;
     fcl_dtype dtype;
+    float softcap;
     int rm, bc;
-  } d64[] = {{1, 100, FCL_DTYPE_F16, 1, 128},   {1, 4096, FCL_DTYPE_BF16, 1, 128}, {1, 4097, FCL_DTYPE_F16, 2, 128},
-             {1, 16384, FCL_DTYPE_BF16, 2, 64}, {0, 100, FCL_DTYPE_F16, 2, 128},   {0, 4096, FCL_DTYPE_BF16, 2, 64}};
+  } d64[] = {{1, 100, FCL_DTYPE_F16, 0, 1, 128},   {1, 4096, FCL_DTYPE_BF16, 0, 1, 128}, {1, 4097, FCL_DTYPE_F16, 0, 2, 128},
+             {1, 16384, FCL_DTYPE_BF16, 0, 2, 64}, {0, 100, FCL_DTYPE_F16, 0, 2, 128},   {0, 4096, FCL_DTYPE_BF16, 0, 2, 64},
+             {0, 100, FCL_DTYPE_F16, 30, 2, 64},   {1, 100, FCL_DTYPE_F16, 30, 1, 128}};
   for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; ++i) {
     fcl_problem pc = test_problem(64, d64[i].dtype, d64[i].nq, 0);
     pc.causal = d64[i].causal;
+    pc.softcap = d64[i].softcap; /* a modifier: f16's 128-key tiles of 128 rows would spill more */
     const int rc = fcl_plan_nvidia_forward(&nv, &no_overrides, &pc, 0, NULL, &t);
     check(rc == 0 && t.tr == 4 && t.rm == d64[i].rm && t.bc == d64[i].bc && !t.qsmem,
-          "planner: head_dim 64, %s, %s, %lld query rows: 4 warps x %d tiles (want %d), %d-key tiles (want %d), Q in %s",
-          dtype_name(d64[i].dtype), d64[i].causal ? "causal" : "not causal", (long long)d64[i].nq, t.rm, d64[i].rm, t.bc,
-          d64[i].bc, t.qsmem ? "local memory" : "registers");
+          "planner: head_dim 64, %s, %s%s, %lld query rows: 4 warps x %d tiles (want %d), %d-key tiles (want %d), Q in %s",
+          dtype_name(d64[i].dtype), d64[i].causal ? "causal" : "not causal", d64[i].softcap != 0 ? ", softcap" : "",
+          (long long)d64[i].nq, t.rm, d64[i].rm, t.bc, d64[i].bc, t.qsmem ? "local memory" : "registers");
   }
   /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
   fcl_device_caps small = nv;
