@@ -1,7 +1,9 @@
 # Where a short forward's time goes (docs/notes-nvidia.md v26): flashcl and PyTorch's flash backend at the same
-# query rows against more and more keys. Time grows with the key tiles a work-group walks; the line through
-# the points, taken back to no keys, is what a call costs besides its tiles (the launch, the timing method,
-# each work-group's Q load and O write). Also a one-tile call (B=1, H=1, N=128), the floor of each method.
+# query rows against more and more keys. Time grows with the key tiles a work-group walks; where it grows by
+# the same amount for each further 1024 keys, the line through the points, taken back to no keys, is what a
+# call costs besides its tiles (the launch, the timing method, each work-group's Q load and O write); where
+# the increments differ (compare the times), the line is no such measure. Also a one-tile call (B=1, H=1,
+# N=128), the floor of each method.
 # usage (GPU machine, repository root): python3 bench/nv_dev/fixed_cost.py build-nv/tools/flashcl-bench [H200]
 import json, subprocess, sys
 
