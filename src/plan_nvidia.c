@@ -67,33 +67,37 @@ typedef struct nvidia_forward_shape {
 
 /* The first shape by head_dim, from the measurements in docs/notes-nvidia.md (H200): 32 query rows a warp
    halve the ldmatrix bytes per mma against 16, and with the Q tile in local memory instead of registers that
-   fits 255 registers without spilling. The first row that applies is taken; the planner has declined head_dims
-   above 256. All keep two buffers: a second K tile measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). */
-static const struct {
-  int max_head_dim;
-  int causal_max_rows; /* > 0: only for causal problems of at most this many query rows */
-  int dtype;           /* > 0: only for this fcl_dtype + 1 */
-  int plain;           /* 1: only without softcap, ALiBi or a mask (the scores' modifiers) and paged keys */
+   fits 255 registers without spilling. The first row that applies is taken, a row with conditions only where
+   it fits the device's local memory (forward_default); the planner has declined head_dims above 256. All keep two buffers: a second K tile
+   measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). A row with conditions (0: none) applies only to
+   causal problems of at most causal_max_rows query rows, problems of at least min_rows query rows and at most
+   max_keys keys, dtype (fcl_dtype + 1), and with `plain` problems without softcap, ALiBi or a mask (the scores'
+   modifiers) and without paged keys. */
+typedef struct forward_default_row {
+  int max_head_dim, causal_max_rows, min_rows, max_keys, dtype, plain;
   nvidia_forward_shape shape;
-} forward_defaults[] = {
-    /* causal with at most 4096 query rows: 4 warps x 1 tile (64 rows), 128-key tiles, Q in registers: at N =
-       1024 8% faster than 4 x 2 x 64, at 4096 0-1%, at 16384 10% slower (v26) */
-    {64, 4096, 0, 0, {4, 1, 128, 0, 2, 0}},
+} forward_default_row;
+static const forward_default_row forward_defaults[] = {
+    /* 4 warps x 1 tile (64 rows), 128-key tiles, Q in registers: causal, at N = 1024 8-9% faster than 4 x 2 x
+       64, at 2048 2%, at 4096 0-1%, at 16384 10% slower (v26). From 128 query rows on, so that the GQA packing
+       and decode rules (fcl_plan_nvidia_forward, by the rule's 128 rows) see what they saw before. */
+    {.max_head_dim = 64, .causal_max_rows = 4096, .min_rows = 128, .max_keys = 4096, .shape = {4, 1, 128, 0, 2, 0}},
     /* f16: 4 warps x 2 tiles (128 rows), 128-key tiles (FlashAttention-2's tile at head_dim 64), Q in
-       registers: 1.5-3.7% faster than 64-key tiles not causal, equal causal; bf16 ran 3.5-7% slower (v26).
+       registers: 1.5-3.7% faster than 64-key tiles not causal, equal causal; bf16 ran 3.5-8% slower (v26).
        It spills (148 B in f16, 252 B in bf16 on the H200); the modifiers' code and paged keys' would spill
-       more (720 B with every modifier, 96 B paged, by clang's code generator), so those keep 64-key tiles. */
-    {64, 0, FCL_DTYPE_F16 + 1, 1, {4, 2, 128, 0, 2, 0}},
+       more (by clang's code generator several times as much, 720 B with every modifier), so those keep
+       64-key tiles. */
+    {.max_head_dim = 64, .min_rows = 128, .dtype = FCL_DTYPE_F16 + 1, .plain = 1, .shape = {4, 2, 128, 0, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 64-key tiles, Q in registers: causal 4-6% faster than Q in local memory
        at N = 4096 and 16384, f16 and bf16 (v12); not causal, once O was rarely rescaled (v25), 0-3% faster */
-    {64, 0, 0, 0, {4, 2, 64, 0, 2, 0}},
+    {.max_head_dim = 64, .shape = {4, 2, 64, 0, 2, 0}},
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
-    {128, 2048, 0, 0, {4, 1, 64, 0, 2, 0}},
+    {.max_head_dim = 128, .causal_max_rows = 2048, .shape = {4, 1, 64, 0, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 32-key tiles; Q's first 32 columns in registers and the other 96 in local
        memory (26 KiB + K,V 17 KiB of 48 KiB), where the whole Q tile (35 KiB) would not fit: 7-13% faster than
        2 warps x 2 tiles with all of Q in local memory (v20) */
-    {128, 0, 0, 0, {4, 2, 32, 1, 2, 2}},
-    {256, 0, 0, 0, {4, 1, 32, 0, 2, 0}},  /* 4 warps x 1 tile, 32-key tiles, Q in registers */
+    {.max_head_dim = 128, .shape = {4, 2, 32, 1, 2, 2}},
+    {.max_head_dim = 256, .shape = {4, 1, 32, 0, 2, 0}}, /* 4 warps x 1 tile, 32-key tiles, Q in registers */
 };
 
 /* f32 (3xTF32, m16n8k8): floats take twice the local memory and their Q fragments twice the registers, so
@@ -111,15 +115,45 @@ static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2, 0},
 static const nvidia_forward_shape forward_fallbacks[] = {
     {2, 2, 32, 1, 2, 0}, {4, 1, 32, 0, 2, 0}, {4, 1, 16, 0, 2, 0}, {2, 1, 16, 0, 2, 0}};
 
-static const nvidia_forward_shape *forward_default(const fcl_problem *p) {
+/* The plan's tile fields and local memory for shape sh (copying: its first warp's rows are padding). */
+static void take_shape(const fcl_device_caps *caps, const fcl_problem *p, const nvidia_forward_shape *sh, int copying,
+                       fcl_tile_plan *t) {
+  const int f32 = p->dtype == FCL_DTYPE_F32;
+  t->tr = sh->warps;
+  t->tc = 32;
+  t->wg = t->tr * 32;
+  t->rm = sh->tiles;
+  t->bc = sh->keys;
+  t->qsmem = sh->qsmem;
+  /* The kernel takes QREG only beside a local Q tile, in f16/bf16, and for fewer k steps than head_dim has. */
+  t->qregs = sh->qsmem && !f32 && sh->qregs * 16 < t->dp ? sh->qregs : 0;
+  t->stages = sh->stages;
+  t->br = t->tr * t->rm * 16;
+  /* The ring on mbarriers from compute capability 9.0 (its waits), for dense keys (paged rows are resolved
+     a tile ahead between the ring's barriers) and blocks of more than one warp of real rows: a lone warp's
+     barrier costs next to nothing, its mbarrier waits do (docs/notes-nvidia.md, v24). */
+  t->mbar_ring = caps->nv_cc_major >= 9 && !p->block_table && t->tr - copying > 1;
+  t->local_bytes = fcl_nvidia_forward_local_bytes(t, (int)p->elem_size, p->block_table != NULL);
+}
+
+static const nvidia_forward_shape *forward_default(const fcl_device_caps *caps, const fcl_problem *p) {
   if (p->dtype == FCL_DTYPE_F32) return &forward_f32_defaults[p->d > 64];
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
   const int modified = p->softcap != 0.0f || p->alibi || p->mask || p->block_table;
   for (size_t i = 0; i < n; ++i) {
-    const int max_rows = forward_defaults[i].causal_max_rows, dtype = forward_defaults[i].dtype;
-    if (p->d <= forward_defaults[i].max_head_dim && (max_rows == 0 || (p->causal && p->nq <= max_rows)) &&
-        (dtype == 0 || (int)p->dtype + 1 == dtype) && !(forward_defaults[i].plain && modified))
-      return &forward_defaults[i].shape;
+    const forward_default_row *r = &forward_defaults[i];
+    if (p->d > r->max_head_dim || (r->causal_max_rows && !(p->causal && p->nq <= r->causal_max_rows)) ||
+        p->nq < r->min_rows || (r->max_keys && p->nk > r->max_keys) || (r->dtype && (int)p->dtype + 1 != r->dtype) ||
+        (r->plain && modified))
+      continue;
+    fcl_tile_plan t;
+    memset(&t, 0, sizeof t);
+    tile_rows(p, &t);
+    take_shape(caps, p, &r->shape, 0, &t);
+    /* A row with conditions gives way to the next when it does not fit; the first without any is the head_dim's
+       own default, and where that does not fit the fallbacks follow (fcl_plan_nvidia_forward). */
+    const int conditional = r->causal_max_rows || r->min_rows || r->max_keys || r->dtype || r->plain;
+    if (fits(caps, t.local_bytes, t.wg) || !conditional) return &r->shape;
   }
   return &forward_defaults[n - 1].shape;
 }
@@ -156,7 +190,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   fcl_tile_plan t = *out;
   t.variant = FCL_VARIANT_NVIDIA_FORWARD;
   tile_rows(p, &t);
-  const nvidia_forward_shape *rule = forward_default(p);
+  const nvidia_forward_shape *rule = forward_default(caps, p);
   nvidia_forward_shape first = *rule; /* then forward_fallbacks */
   int copying = 0;                     /* first has a warp of padding rows (copy_warps) */
   /* Few query rows (decode): when one head's rows fill less than a block of that shape, the query heads of
@@ -206,21 +240,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   int found = 0, took_forced = 0;
   for (size_t i = ms[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
     const nvidia_forward_shape *sh = i == 0 ? &forced : i == 1 ? &first : &forward_fallbacks[i - 2];
-    t.tr = sh->warps;
-    t.tc = 32;
-    t.wg = t.tr * 32;
-    t.rm = sh->tiles;
-    t.bc = sh->keys;
-    t.qsmem = sh->qsmem;
-    /* The kernel takes QREG only beside a local Q tile, in f16/bf16, and for fewer k steps than head_dim has. */
-    t.qregs = sh->qsmem && !f32 && sh->qregs * 16 < t.dp ? sh->qregs : 0;
-    t.stages = sh->stages;
-    t.br = t.tr * t.rm * 16;
-    /* The ring on mbarriers from compute capability 9.0 (its waits), for dense keys (paged rows are resolved
-       a tile ahead between the ring's barriers) and blocks of more than one warp of real rows: a lone warp's
-       barrier costs next to nothing, its mbarrier waits do (docs/notes-nvidia.md, v24). */
-    t.mbar_ring = caps->nv_cc_major >= 9 && !p->block_table && t.tr - (i == 1 ? copying : 0) > 1;
-    t.local_bytes = fcl_nvidia_forward_local_bytes(&t, elem_bytes, p->block_table != NULL);
+    take_shape(caps, p, sh, i == 1 ? copying : 0, &t);
     found = fits(caps, t.local_bytes, t.wg);
     took_forced = found && i == 0;
     t.copy_warps = found && i == 1 ? copying : 0;

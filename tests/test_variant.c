@@ -130,26 +130,49 @@ static void planner_cases(void) {
     check(r != 0 && t.variant != FCL_VARIANT_NVIDIA_FORWARD && strlen(t.reason) > 0, "planner: %s declines: %s", no[i].what,
           t.reason);
   }
-  /* The first shapes at head_dim 64 (Q in registers): causal up to 4096 query rows 4 warps x 1 tile with
-     128-key tiles; otherwise 4 warps x 2 tiles, with 128-key tiles in f16 and 64-key tiles in bf16. */
+  /* The first shapes at head_dim 64 (Q in registers), from 128 query rows on: causal with at most 4096 query
+     rows and keys 4 warps x 1 tile with 128-key tiles; otherwise 4 warps x 2 tiles, with 128-key tiles in f16
+     without modifiers or paged keys, 64-key tiles else. Below 128 rows, and where a shape does not fit the
+     device's local memory, 4 x 2 x 64 as before those rules (so GQA packing sees the same 128-row rule). */
   static const struct {
     int causal;
-    int64_t nq;
+    int64_t nq, nk;
     fcl_dtype dtype;
-    float softcap;
-    int rm, bc;
-  } d64[] = {{1, 100, FCL_DTYPE_F16, 0, 1, 128},   {1, 4096, FCL_DTYPE_BF16, 0, 1, 128}, {1, 4097, FCL_DTYPE_F16, 0, 2, 128},
-             {1, 16384, FCL_DTYPE_BF16, 0, 2, 64}, {0, 100, FCL_DTYPE_F16, 0, 2, 128},   {0, 4096, FCL_DTYPE_BF16, 0, 2, 64},
-             {0, 100, FCL_DTYPE_F16, 30, 2, 64},   {1, 100, FCL_DTYPE_F16, 30, 1, 128}};
+    int group, modified, local_kib; /* modified: 1 softcap, 2 paged keys; local_kib 0: 48 */
+    int rm, bc, pack;
+  } d64[] = {
+      {1, 128, 128, FCL_DTYPE_F16, 1, 0, 0, 1, 128, 0},       {1, 4096, 4096, FCL_DTYPE_BF16, 1, 0, 0, 1, 128, 0},
+      {1, 4097, 4097, FCL_DTYPE_F16, 1, 0, 0, 2, 128, 0},     {1, 16384, 16384, FCL_DTYPE_BF16, 1, 0, 0, 2, 64, 0},
+      {1, 1024, 32768, FCL_DTYPE_BF16, 1, 0, 0, 2, 64, 0},    {0, 128, 128, FCL_DTYPE_F16, 1, 0, 0, 2, 128, 0},
+      {0, 4096, 4096, FCL_DTYPE_BF16, 1, 0, 0, 2, 64, 0},     {0, 1000, 1000, FCL_DTYPE_F16, 1, 1, 0, 2, 64, 0},
+      {1, 1000, 1000, FCL_DTYPE_F16, 1, 1, 0, 1, 128, 0},     {0, 1000, 1000, FCL_DTYPE_F16, 1, 2, 0, 2, 64, 0},
+      {1, 1000, 1000, FCL_DTYPE_F16, 1, 2, 0, 1, 128, 0},     {1, 127, 127, FCL_DTYPE_F16, 1, 0, 0, 2, 64, 0},
+      {0, 100, 100, FCL_DTYPE_F16, 1, 0, 0, 2, 64, 0},        {1, 64, 4096, FCL_DTYPE_F16, 4, 0, 0, 2, 64, 1},
+      {0, 16, 4096, FCL_DTYPE_F16, 8, 0, 0, 2, 64, 1},        {0, 1000, 1000, FCL_DTYPE_F16, 1, 0, 32, 2, 64, 0},
+      {1, 1000, 1000, FCL_DTYPE_BF16, 1, 0, 32, 2, 64, 0},
+  };
   for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; ++i) {
-    fcl_problem pc = test_problem(64, d64[i].dtype, d64[i].nq, 0);
-    pc.causal = d64[i].causal;
-    pc.softcap = d64[i].softcap; /* a modifier: f16's 128-key tiles of 128 rows would spill more */
-    const int rc = fcl_plan_nvidia_forward(&nv, &no_overrides, &pc, 0, NULL, &t);
-    check(rc == 0 && t.tr == 4 && t.rm == d64[i].rm && t.bc == d64[i].bc && !t.qsmem,
-          "planner: head_dim 64, %s, %s%s, %lld query rows: 4 warps x %d tiles (want %d), %d-key tiles (want %d), Q in %s",
-          dtype_name(d64[i].dtype), d64[i].causal ? "causal" : "not causal", d64[i].softcap != 0 ? ", softcap" : "",
-          (long long)d64[i].nq, t.rm, d64[i].rm, t.bc, d64[i].bc, t.qsmem ? "local memory" : "registers");
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 2, desc.num_heads = 8, desc.num_kv_heads = 8 / d64[i].group;
+    desc.seqlen_q = d64[i].nq, desc.seqlen_k = d64[i].nk, desc.head_dim = 64, desc.dtype = d64[i].dtype;
+    desc.causal = d64[i].causal;
+    desc.softcap = d64[i].modified == 1 ? 30.0f : 0.0f;
+    fcl_problem pc;
+    fcl_device_caps dc = nv;
+    if (d64[i].local_kib) dc.local_mem_size = (cl_ulong)d64[i].local_kib << 10;
+    int rc = fcl_resolve_problem(&desc, &pc);
+    if (rc == FCL_SUCCESS) {
+      if (d64[i].modified == 2) pc.block_table = (cl_mem)&desc; /* a stand-in: the planner tests it against NULL */
+      rc = fcl_plan_nvidia_forward(&dc, &no_overrides, &pc, 0, NULL, &t);
+    }
+    check(rc == 0 && t.tr == 4 && t.rm == d64[i].rm && t.bc == d64[i].bc && !t.qsmem && t.pack == d64[i].pack,
+          "planner: head_dim 64, %s, %s%s, %lld query rows, %lld keys, group %d, %d KiB: 4 warps x %d tiles (want %d), "
+          "%d-key tiles (want %d), packed %d (want %d)",
+          dtype_name(d64[i].dtype), d64[i].causal ? "causal" : "not causal",
+          d64[i].modified == 1 ? ", softcap" : d64[i].modified == 2 ? ", paged" : "", (long long)d64[i].nq,
+          (long long)d64[i].nk, d64[i].group, d64[i].local_kib ? d64[i].local_kib : 48, t.rm, d64[i].rm, t.bc,
+          d64[i].bc, t.pack, d64[i].pack);
   }
   /* 24 KiB of local memory: smaller key tiles, within it; 8 KiB: declined with a reason. */
   fcl_device_caps small = nv;
