@@ -132,6 +132,8 @@ def parse_args(argv):
         p.error("--decode times the forward; leave out --backward")
     if a.iters < 10:
         p.error("--iters must be at least 10")
+    if a.flush < 0:
+        p.error("--flush must be 0 (none) or a positive MiB count")
     if a.kv_heads and a.heads % a.kv_heads:
         p.error("--kv-heads must divide --heads")
     for v in a.skip:
@@ -401,7 +403,7 @@ def run_decode(a):
                 proc = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True)
                 rec = parse_flashcl_lines(proc.stdout).get(("flash", row[4]))
                 ok = rec and rec["status"] == "ok"
-                r = {"dtype": dtype, "d": d, "row": row,
+                r = {"dtype": dtype, "d": d, "row": row, "flush_mib": a.flush,
                      "flashcl_us": rec["median_ms"] * 1e3 if ok else (rec["status"] if rec else "-"),
                      "kv_gbps": rec.get("kv_gbps") if ok else None,
                      "split": bool(ok and rec.get("extra_bytes"))}
@@ -443,7 +445,7 @@ def run(a):
                 for n in a.seqlen:
                     rec = fcl.get((impl, n))
                     row = {"dtype": dtype, "d": d, "causal": causal, "n": n, "batch": a.batch, "heads": a.heads,
-                           "backward": a.backward,
+                           "backward": a.backward, "flush_mib": a.flush,
                            "flashcl": rec["median_ms"] if rec and rec["status"] == "ok" else (rec["status"] if rec else "-"),
                            "reference": None}
                     if a.with_reference and not a.backward:
