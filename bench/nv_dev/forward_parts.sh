@@ -4,7 +4,9 @@
 # tree through bench/nv_dev/ab.sh's kernel-folder mode. The ring on mbarriers (compute capability 9.0, v24):
 #   nowait     no wait for a tile's copies to land (the "full" mbarriers; the copies are still issued);
 #   norelease  no wait for every warp's release of a buffer before copying into it (a race);
-#   noload     only the ring's first tiles loaded, then read for every key tile (no waits after them).
+#   noload     only the ring's first tiles loaded, then read for every key tile (no waits after them);
+#   noout      O's global write skipped (behind a test the compiler cannot decide; v26: 1.4 us of 1024 x 1024
+#              at head_dim 128, ROWS=bench/nv_dev/ab_rows_fixed.txt).
 # And for the tensor-core backward (its rows from bench/nv_dev/ab_rows_backward.txt unless ROWS is set):
 #   bwdnobar   the one work-group barrier a step of the dK/dV and dQ kernels' loops dropped (a race): what a
 #              ring on mbarriers could gain there at most.
@@ -23,6 +25,8 @@ for v in ${@:-nowait norelease noload}; do
     norelease) sed -i 's|^      if (n_ >= STAGES) MBAR_WAIT(RING_BAR(1, n_).*|      /* (norelease) */ \\|' "$dir/$k" ;;
     noload) sed -i -e 's|^    if (n_ < 2 \* ntiles) {  *\\$|    if (n_ < 2 * ntiles \&\& n_ < STAGES) { \\|' \
                    -e 's|^#define RING_WAIT_TILE(n) MBAR_WAIT(\(.*\))$|#define RING_WAIT_TILE(n) if ((n) < STAGES) MBAR_WAIT(\1)|' "$dir/$k" ;;
+    noout) sed -i 's|^    if (c < BR \* CH \&\& row < nrows \&\& cc \* EPC < D)$|    if (c < BR * CH \&\& row < nrows \&\& cc * EPC < D \&\& nk_max < 0) /* (noout) */|' \
+             "$dir/$k" ;;
     bwdnobar) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       sed -i 's#^    barrier(CLK_LOCAL_MEM_FENCE); /\* \.\.\. and for all#    /* (nobar) ... and for all#' "$dir/$k" ;;
     *) echo "unknown variant $v"; exit 2 ;;
