@@ -187,6 +187,8 @@ static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem 
 
 int fcl_problem_windowed(const fcl_problem *p) { return p->wl < p->nk || p->wr < p->nq; }
 
+int fcl_problem_score_mods(const fcl_problem *p) { return p->softcap > 0.0f || p->alibi || p->mask; }
+
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size) {
   /* WINDOW (common.cl): 0 none, 1 causal only, 2 any window. */
   const int window = !fcl_problem_windowed(p) ? 0 : p->wl == p->nk && p->wr == 0 ? 1 : 2;

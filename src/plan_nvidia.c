@@ -136,24 +136,29 @@ static void take_shape(const fcl_device_caps *caps, const fcl_problem *p, const 
   t->local_bytes = fcl_nvidia_forward_local_bytes(t, (int)p->elem_size, p->block_table != NULL);
 }
 
+/* Whether row r of forward_defaults applies to p by its head_dim and conditions. */
+static int row_applies(const forward_default_row *r, const fcl_problem *p) {
+  if (p->d > r->max_head_dim || p->nq < r->min_rows || (r->max_keys && p->nk > r->max_keys)) return 0;
+  if (r->causal_max_rows && !(p->causal && p->nq <= r->causal_max_rows)) return 0;
+  if (r->dtype && (int)p->dtype + 1 != r->dtype) return 0;
+  return !r->plain || !(fcl_problem_score_mods(p) || p->block_table);
+}
+
 static const nvidia_forward_shape *forward_default(const fcl_device_caps *caps, const fcl_problem *p) {
   if (p->dtype == FCL_DTYPE_F32) return &forward_f32_defaults[p->d > 64];
   const size_t n = sizeof forward_defaults / sizeof forward_defaults[0];
-  const int modified = p->softcap != 0.0f || p->alibi || p->mask || p->block_table;
   for (size_t i = 0; i < n; ++i) {
     const forward_default_row *r = &forward_defaults[i];
-    if (p->d > r->max_head_dim || (r->causal_max_rows && !(p->causal && p->nq <= r->causal_max_rows)) ||
-        p->nq < r->min_rows || (r->max_keys && p->nk > r->max_keys) || (r->dtype && (int)p->dtype + 1 != r->dtype) ||
-        (r->plain && modified))
-      continue;
+    if (!row_applies(r, p)) continue;
+    /* A row with conditions gives way to the next when it does not fit; the first without any is the head_dim's
+       own default, and where that does not fit the fallbacks follow (fcl_plan_nvidia_forward). */
+    const int conditional = r->causal_max_rows || r->min_rows || r->max_keys || r->dtype || r->plain;
+    if (!conditional) return &r->shape;
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
     tile_rows(p, &t);
     take_shape(caps, p, &r->shape, 0, &t);
-    /* A row with conditions gives way to the next when it does not fit; the first without any is the head_dim's
-       own default, and where that does not fit the fallbacks follow (fcl_plan_nvidia_forward). */
-    const int conditional = r->causal_max_rows || r->min_rows || r->max_keys || r->dtype || r->plain;
-    if (fits(caps, t.local_bytes, t.wg) || !conditional) return &r->shape;
+    if (fits(caps, t.local_bytes, t.wg)) return &r->shape;
   }
   return &forward_defaults[n - 1].shape;
 }

@@ -61,18 +61,23 @@ static void table_cases(void) {
   }
 }
 
-/* The tensor-core forward's plan for an f16, head_dim 128 problem with paged keys (a stand-in block table,
-   set before planning as the library plans; the planner only tests it against NULL). */
+/* The tensor-core forward's plan for desc, with paged keys when `paged` (a stand-in block table, set before
+   planning as the library plans; the planner only tests it against NULL); -1 where desc does not resolve. */
+static int desc_plan(const fcl_device_caps *caps, const fcl_attention_desc *desc, int paged, fcl_tile_plan *t) {
+  fcl_problem dp;
+  if (fcl_resolve_problem(desc, &dp) != FCL_SUCCESS) return -1;
+  if (paged) dp.block_table = (cl_mem)desc;
+  return fcl_plan_nvidia_forward(caps, &no_overrides, &dp, 0, NULL, t);
+}
+
+/* The plan for an f16, head_dim 128 problem with paged keys. */
 static int paged_decode_plan(const fcl_device_caps *caps, int64_t b, int64_t h, int64_t hkv, int64_t nq, int64_t nk,
                              fcl_tile_plan *t) {
   fcl_attention_desc desc;
   memset(&desc, 0, sizeof desc);
   desc.batch = b, desc.num_heads = h, desc.num_kv_heads = hkv, desc.seqlen_q = nq, desc.seqlen_k = nk;
   desc.head_dim = 128, desc.dtype = FCL_DTYPE_F16;
-  fcl_problem dp;
-  if (fcl_resolve_problem(&desc, &dp) != FCL_SUCCESS) return -1;
-  dp.block_table = (cl_mem)&desc;
-  return fcl_plan_nvidia_forward(caps, &no_overrides, &dp, 0, NULL, t);
+  return desc_plan(caps, &desc, 1, t);
 }
 
 static void planner_cases(void) {
@@ -158,14 +163,9 @@ static void planner_cases(void) {
     desc.seqlen_q = d64[i].nq, desc.seqlen_k = d64[i].nk, desc.head_dim = 64, desc.dtype = d64[i].dtype;
     desc.causal = d64[i].causal;
     desc.softcap = d64[i].modified == 1 ? 30.0f : 0.0f;
-    fcl_problem pc;
     fcl_device_caps dc = nv;
     if (d64[i].local_kib) dc.local_mem_size = (cl_ulong)d64[i].local_kib << 10;
-    int rc = fcl_resolve_problem(&desc, &pc);
-    if (rc == FCL_SUCCESS) {
-      if (d64[i].modified == 2) pc.block_table = (cl_mem)&desc; /* a stand-in: the planner tests it against NULL */
-      rc = fcl_plan_nvidia_forward(&dc, &no_overrides, &pc, 0, NULL, &t);
-    }
+    const int rc = desc_plan(&dc, &desc, d64[i].modified == 2, &t);
     check(rc == 0 && t.tr == 4 && t.rm == d64[i].rm && t.bc == d64[i].bc && !t.qsmem && t.pack == d64[i].pack,
           "planner: head_dim 64, %s, %s%s, %lld query rows, %lld keys, group %d, %d KiB: 4 warps x %d tiles (want %d), "
           "%d-key tiles (want %d), packed %d (want %d)",

@@ -5,8 +5,10 @@
 # the increments differ (compare the times), the line is no such measure. Also a one-tile call (B=1, H=1,
 # N=128), the floor of each method.
 # usage (GPU machine, repository root): python3 bench/nv_dev/fixed_cost.py build-nv/tools/flashcl-bench [H200]
-import json, subprocess, sys
+import os, subprocess, sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare_torch import parse_flashcl_lines
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -20,9 +22,9 @@ def flashcl_ms(b, h, nq, nk, d, flush):
     cmd = [bench, "--json", "--device", device, "--dtype", "f16", "--batch", str(b), "--heads", str(h),
            "--head-dim", str(d), "--seqlen-q", str(nq), "--seqlen", str(nk), "--impl", "flash", "--iters", "30",
            "--warmup", "5"] + (["--flush", str(flush)] if flush else [])
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True).stdout
-    recs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    return recs[0]["median_ms"] if recs and recs[0]["status"] == "ok" else float("nan")
+    rec = parse_flashcl_lines(subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True).stdout).get(
+        ("flash", nk))
+    return rec["median_ms"] if rec and rec["status"] == "ok" else float("nan")
 
 
 def torch_ms(b, h, nq, nk, d):
