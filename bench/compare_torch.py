@@ -10,7 +10,10 @@ on tensors of shape [B, H, N, d] (contiguous, as flashcl's default layout), and 
 table with the time ratio flashcl / PyTorch-flash per row (above 1: flashcl is slower) and the ratio to
 the fastest PyTorch variant. Before each timed run do_bench clears the L2 cache by writing 256 MB, which
 also keeps the GPU busy up to the launch; flashcl-bench does the same with --flush 256 (the default of
---flush here; --flush 0 times flashcl without it). A backend that does not take a shape or dtype (e.g. flash with float32)
+--flush here; --flush 0 times flashcl without it). That write leaves the cache full of dirty lines, which
+the timed call then pays to write back to memory as it reads; --flush-read clears it by reading instead, on
+both sides (flashcl-bench --flush-read; PyTorch timed as do_bench times it, with a sum over the 256 MB in
+place of its zero fill), which matters only to calls that are bound by memory, such as decode. A backend that does not take a shape or dtype (e.g. flash with float32)
 shows "n/a"; one that runs out of memory shows "oom".
 
 --backward times the backward pass instead: flashcl-bench --impl backward against
@@ -116,6 +119,8 @@ def parse_args(argv):
     p.add_argument("--flush", type=int, default=256,
                    help="flashcl-bench --flush MiB (0: none): a fill before each flashcl run, as do_bench clears "
                         "the L2 cache before each PyTorch run")
+    p.add_argument("--flush-read", action="store_true",
+                   help="clear the cache by reading, not writing, on both sides (see above)")
     p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
     p.add_argument("--skip", type=lambda t: [x for x in t.split(",") if x], default=[],
                    help="PyTorch variants not to time (comma separated, from %s); shown as 'skipped'"
@@ -134,6 +139,8 @@ def parse_args(argv):
         p.error("--iters must be at least 10")
     if a.flush < 0:
         p.error("--flush must be 0 (none) or a positive MiB count")
+    if a.flush_read and not a.flush:
+        p.error("--flush-read needs a --flush size")
     if a.kv_heads and a.heads % a.kv_heads:
         p.error("--kv-heads must divide --heads")
     for v in a.skip:
@@ -152,7 +159,7 @@ def flashcl_command(a, dtype, head_dim, causal):
     if a.kv_heads:
         cmd += ["--kv-heads", str(a.kv_heads)]
     if a.flush:
-        cmd += ["--flush", str(a.flush)]
+        cmd += ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else [])
     if causal:
         cmd.append("--causal")
     if a.device is not None:
@@ -166,7 +173,7 @@ def decode_command(a, dtype, head_dim, row):
            "--head-dim", str(head_dim), "--seqlen-q", str(nq), "--seqlen", str(n), "--impl", "flash", "--layout",
            "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup)]
     if a.flush:
-        cmd += ["--flush", str(a.flush)]
+        cmd += ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else [])
     if a.device is not None:
         cmd += ["--device", str(a.device)]
     return cmd
@@ -289,6 +296,42 @@ def torch_timer(a):
 
     tdtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
+    def read_cleared_bench(fn, grad_to_none=None, warmup=25, rep=100):
+        """do_bench's median (its warm-up and repetition rule, events around each call) with the cache cleared
+        by a sum over a.flush MiB rather than by writing it, so that it holds clean lines."""
+        cache = torch.ones(a.flush << 18, dtype=torch.int32, device="cuda")
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            cache.sum()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = start.elapsed_time(end) / 5
+        n_warmup, n_repeat = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
+        for _ in range(n_warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        for i in range(n_repeat):
+            for x in grad_to_none or []:
+                x.grad = None
+            cache.sum()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        times = sorted(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
+        return times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+
+    def bench(fn, grad_to_none=None):
+        """Median ms of fn, the cache cleared before each run as --flush-read says."""
+        if a.flush_read:
+            return read_cleared_bench(fn, grad_to_none)
+        return do_bench(fn, grad_to_none=grad_to_none, return_mode="median")
+
     def naive(q, k, v, causal, scale):
         if k.shape[1] != q.shape[1]:
             rep = q.shape[1] // k.shape[1]
@@ -333,11 +376,11 @@ def torch_timer(a):
             if not a.backward:
                 run()  # raises here when the backend does not take this shape or dtype
                 torch.cuda.synchronize()
-                return do_bench(run, return_mode="median")
+                return bench(run)
             o = run()
             do = torch.randn_like(o)
             torch.cuda.synchronize()
-            return do_bench(lambda: o.backward(do, retain_graph=True), grad_to_none=[q, k, v], return_mode="median")
+            return bench(lambda: o.backward(do, retain_graph=True), grad_to_none=[q, k, v])
         except torch.cuda.OutOfMemoryError:
             return "oom"
         except RuntimeError as e:
@@ -378,7 +421,7 @@ def torch_timer(a):
                 expanded = True
                 run()
             torch.cuda.synchronize()
-            return do_bench(run, return_mode="median") * 1e3, expanded
+            return bench(run) * 1e3, expanded
         except torch.cuda.OutOfMemoryError:
             return "oom", False
         except RuntimeError as e:
@@ -403,7 +446,7 @@ def run_decode(a):
                 proc = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True)
                 rec = parse_flashcl_lines(proc.stdout).get(("flash", row[4]))
                 ok = rec and rec["status"] == "ok"
-                r = {"dtype": dtype, "d": d, "row": row, "flush_mib": a.flush,
+                r = {"dtype": dtype, "d": d, "row": row, "flush_mib": a.flush, "flush_read": a.flush_read,
                      "flashcl_us": rec["median_ms"] * 1e3 if ok else (rec["status"] if rec else "-"),
                      "kv_gbps": rec.get("kv_gbps") if ok else None,
                      "split": bool(ok and rec.get("extra_bytes"))}
@@ -445,7 +488,7 @@ def run(a):
                 for n in a.seqlen:
                     rec = fcl.get((impl, n))
                     row = {"dtype": dtype, "d": d, "causal": causal, "n": n, "batch": a.batch, "heads": a.heads,
-                           "backward": a.backward, "flush_mib": a.flush,
+                           "backward": a.backward, "flush_mib": a.flush, "flush_read": a.flush_read,
                            "flashcl": rec["median_ms"] if rec and rec["status"] == "ok" else (rec["status"] if rec else "-"),
                            "reference": None}
                     if a.with_reference and not a.backward:
@@ -490,11 +533,14 @@ def self_test():
           and cmd[cmd.index("--seqlen") + 1] == "512,1024" and cmd[cmd.index("--device") + 1] == "NVIDIA"
           and cmd[cmd.index("--flush") + 1] == "256", "flashcl-bench command line")
     check("--flush" not in flashcl_command(parse_args(["--flush", "0"]), "f16", 64, False), "--flush 0: no fill")
+    cmd = decode_command(parse_args(["--decode", "--flush-read"]), "f16", 128, (1, 32, 8, 1, 4096))
+    check(cmd[cmd.index("--flush") + 1] == "256" and "--flush-read" in cmd, "--flush-read passed on")
+    check("--flush-read" not in flashcl_command(parse_args([]), "f16", 64, False), "no --flush-read by default")
     a2 = parse_args(["--with-reference"])
     check(flashcl_command(a2, "f16", 64, False)[flashcl_command(a2, "f16", 64, False).index("--impl") + 1]
           == "flash,reference" and "--causal" not in flashcl_command(a2, "f16", 64, False), "forward with reference")
     for bad in (["--dtype", "f8"], ["--seqlen", "0"], ["--causal", "maybe"], ["--iters", "3"],
-                ["--heads", "16", "--kv-heads", "3"]):
+                ["--heads", "16", "--kv-heads", "3"], ["--flush", "0", "--flush-read"]):
         try:
             with open("/dev/null", "w") as devnull:
                 old, sys.stderr = sys.stderr, devnull

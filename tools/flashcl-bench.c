@@ -61,6 +61,7 @@ typedef struct options {
   int json;
   int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
   long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
+  int flush_read;         /* --flush-read: the flush reads its buffer instead, leaving clean lines in the cache */
   long long paged;        /* --paged BS: K and V in a pool of blocks of BS rows, in shuffled order; 0 dense */
   long long *varlen;      /* --varlen, --varlen-list: each sequence's key count, [batch]; NULL: dense tensors */
   long long varlen_min, varlen_max; /* --varlen MIN:MAX, the range varlen is drawn from; 0: --varlen-list */
@@ -78,7 +79,10 @@ typedef struct bench {
   char device_name[256], driver[128], platform_name[128];
   cl_ulong max_alloc;
   cl_mem gate_buf; /* 4 bytes the gate command fills */
-  cl_mem flush_buf; /* --flush MiB, filled before each run's gate (NULL: none) */
+  cl_mem flush_buf; /* --flush MiB, filled (or read, --flush-read) before each run's gate (NULL: none) */
+  cl_mem flush_sink; /* --flush-read: the word the read kernel could write, so that its loads are kept */
+  cl_program flush_program;
+  cl_kernel flush_kernel; /* --flush-read: flush_read_source's kernel */
 } bench;
 
 /* One (impl, N) measurement. */
@@ -120,6 +124,9 @@ static void usage(FILE *f) {
           "                      block table in shuffled order (the backward refuses it)\n"
           "  --flush MIB         fill a MIB-MiB buffer before each run (outside its time), so that its inputs\n"
           "                      are not read from the cache a previous run left them in (default 0)\n"
+          "  --flush-read        the --flush reads its buffer (filled once) instead of writing it: the cache\n"
+          "                      then holds clean lines, and the run does not pay for writing back the\n"
+          "                      flush's dirty ones (they matter to memory-bound calls such as decode)\n"
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
@@ -262,6 +269,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--iters")) NUMBER(o->iters, 10);
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
+    else if (!strcmp(a, "--flush-read")) o->flush_read = 1;
     else if (!strcmp(a, "--paged")) NUMBER(o->paged, 1);
     else if (!strcmp(a, "--seed")) NUMBER(o->seed, 0);
     else if (!strcmp(a, "--varlen") || !strcmp(a, "--varlen-list")) {
@@ -344,6 +352,10 @@ static int parse_args(int argc, char **argv, options *o) {
     return -1;
   }
   draw_state = o->seed;
+  if (o->flush_read && !o->flush_mib) {
+    fprintf(stderr, "flashcl-bench: --flush-read needs --flush MIB\n");
+    return -1;
+  }
   if ((o->varlen_min || o->varlen) && setup_varlen(o, batch_given, seqlens_given, num_listed)) return -1;
   if (o->sweep) {
     o->num_seqlens = 0;
@@ -362,6 +374,58 @@ static int contains_nocase(const char *hay, const char *needle) {
     if (i == n) return 1;
   }
   return n == 0;
+}
+
+/* --flush-read's kernel: every word of the buffer is read, and the sink written only for an XOR of them that
+   the fill's words do not give, so no load can be dropped. */
+static const char flush_read_source[] =
+    "__kernel void flush_read(__global const uint4 *p, ulong n, __global uint *sink) {\n"
+    "  uint4 acc = (uint4)(0u);\n"
+    "  for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) acc ^= p[i];\n"
+    "  if (acc.x == 0x9e3779b9u && acc.y == 0x7f4a7c15u) sink[0] = acc.z;\n"
+    "}\n";
+
+static const cl_uint flush_junk = 0x3c003c00u; /* the flush buffer's words (f16 ones) */
+
+/* The --flush buffer and, with --flush-read, its read kernel (the buffer filled once here). */
+static int setup_flush(bench *b) {
+  cl_int err;
+  const size_t bytes = (size_t)b->opt.flush_mib << 20;
+  b->flush_buf = clCreateBuffer(b->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "flashcl-bench: clCreateBuffer of --flush %lld MiB failed (%d)\n", b->opt.flush_mib, (int)err);
+    return -1;
+  }
+  if (!b->opt.flush_read) return 0;
+  const char *src = flush_read_source;
+  b->flush_sink = clCreateBuffer(b->context, CL_MEM_READ_WRITE, 4, NULL, &err);
+  if (err == CL_SUCCESS) b->flush_program = clCreateProgramWithSource(b->context, 1, &src, NULL, &err);
+  if (err == CL_SUCCESS) err = clBuildProgram(b->flush_program, 1, &b->device, "", NULL, NULL);
+  if (err == CL_SUCCESS) b->flush_kernel = clCreateKernel(b->flush_program, "flush_read", &err);
+  const cl_ulong n = bytes / 16;
+  if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 0, sizeof(cl_mem), &b->flush_buf);
+  if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 1, sizeof n, &n);
+  if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 2, sizeof(cl_mem), &b->flush_sink);
+  if (err == CL_SUCCESS)
+    err = clEnqueueFillBuffer(b->queue, b->flush_buf, &flush_junk, sizeof flush_junk, 0, bytes, 0, NULL, NULL);
+  if (err == CL_SUCCESS) err = clFinish(b->queue);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "flashcl-bench: setting up --flush-read failed (%d)\n", (int)err);
+    return -1;
+  }
+  return 0;
+}
+
+/* The flush before a run's gate: a fill, or with --flush-read a read of the whole buffer (enough work-groups
+   for every compute unit, each work-item striding through it). */
+static cl_int enqueue_flush(bench *b) {
+  if (!b->opt.flush_read)
+    return clEnqueueFillBuffer(b->queue, b->flush_buf, &flush_junk, sizeof flush_junk, 0,
+                               (size_t)b->opt.flush_mib << 20, 0, NULL, NULL);
+  cl_uint units = 1;
+  clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+  const size_t global = (size_t)units * 1024;
+  return clEnqueueNDRangeKernel(b->queue, b->flush_kernel, 1, NULL, &global, NULL, 0, NULL, NULL);
 }
 
 static int open_device(bench *b) {
@@ -422,13 +486,7 @@ static int open_device(bench *b) {
     fprintf(stderr, "flashcl-bench: clCreateBuffer failed (%d)\n", (int)err);
     return -1;
   }
-  if (b->opt.flush_mib > 0) {
-    b->flush_buf = clCreateBuffer(b->context, CL_MEM_READ_WRITE, (size_t)b->opt.flush_mib << 20, NULL, &err);
-    if (err != CL_SUCCESS) {
-      fprintf(stderr, "flashcl-bench: clCreateBuffer of --flush %lld MiB failed (%d)\n", b->opt.flush_mib, (int)err);
-      return -1;
-    }
-  }
+  if (b->opt.flush_mib > 0 && setup_flush(b)) return -1;
   fcl_status st = fcl_context_create(b->context, b->device, NULL, &b->fcl);
   if (st) {
     fprintf(stderr, "flashcl-bench: fcl_context_create: %s: %s\n", fcl_status_string(st), fcl_last_error());
@@ -712,9 +770,7 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
   /* The gate command: a 4-byte fill (a real command, so drivers that give markers no time still time it). */
   const cl_uint zero = 0;
   if (b->flush_buf) { /* before the gate, so outside the run's time */
-    const cl_uint junk = 0x3c003c00u;
-    err = clEnqueueFillBuffer(b->queue, b->flush_buf, &junk, sizeof junk, 0, (size_t)b->opt.flush_mib << 20, 0, NULL,
-                              NULL);
+    err = enqueue_flush(b);
     if (err != CL_SUCCESS) {
       clReleaseEvent(gate);
       return FCL_ERROR_OPENCL;
@@ -1077,6 +1133,9 @@ int main(int argc, char **argv) {
   fcl_context_release(b.fcl);
   clReleaseMemObject(b.gate_buf);
   if (b.flush_buf) clReleaseMemObject(b.flush_buf);
+  if (b.flush_kernel) clReleaseKernel(b.flush_kernel);
+  if (b.flush_program) clReleaseProgram(b.flush_program);
+  if (b.flush_sink) clReleaseMemObject(b.flush_sink);
   clReleaseCommandQueue(b.queue);
   clReleaseContext(b.context);
   return failures ? 1 : 0;
