@@ -299,7 +299,7 @@ def torch_timer(a):
     def read_cleared_bench(fn, grad_to_none=None, warmup=25, rep=100):
         """do_bench's median (its warm-up and repetition rule, events around each call) with the cache cleared
         by a sum over a.flush MiB rather than by writing it, so that it holds clean lines."""
-        cache = torch.ones(a.flush << 18, dtype=torch.int32, device="cuda")
+        cache = torch.ones(a.flush << 18, dtype=torch.float32, device="cuda")  # float: summed without a converted copy
         fn()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -11,7 +11,7 @@ rows = [tuple(int(x) for x in r.split(",")) for r in (sys.argv[1] if len(sys.arg
 names = (sys.argv[2] if len(sys.argv) > 2 else "flash,cudnn").split(",")
 backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
-cache = torch.ones(256 << 18, dtype=torch.int32, device="cuda")
+cache = torch.ones(256 << 18, dtype=torch.float32, device="cuda")  # float: summed without a converted copy
 for b, h, hkv, nq, n in rows:
     q = torch.randn(b, nq, h, 128, device="cuda", dtype=torch.float16).transpose(1, 2)
     k = torch.randn(b, n, hkv, 128, device="cuda", dtype=torch.float16).transpose(1, 2)
