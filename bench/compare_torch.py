@@ -13,7 +13,13 @@ also keeps the GPU busy up to the launch; flashcl-bench does the same with --flu
 --flush here; --flush 0 times flashcl without it). That write leaves the cache full of dirty lines, which
 the timed call then pays to write back to memory as it reads; --flush-read clears it by reading instead, on
 both sides (flashcl-bench --flush-read; PyTorch timed as do_bench times it, with a sum over the 256 MB in
-place of its zero fill), which matters only to calls that are bound by memory, such as decode. A backend that does not take a shape or dtype (e.g. flash with float32)
+place of its zero fill), which matters only to calls that are bound by memory, such as decode.
+flashcl-bench times a call of one kernel by that kernel's own start and end, and PyTorch's time between CUDA
+events around the call includes its launch (about 2-4 µs on the H200, which weighs on calls of under 0.2 ms);
+--kernel-time times PyTorch by the summed device time of the kernels each call launches (torch.profiler;
+the median of 30 calls, each behind the flush), which is like for like with flashcl's one-kernel calls.
+(flashcl's calls of several kernels, split-KV decode and the backward, are timed from the end of a gate
+command to the end of their last kernel, which includes their launches and the gaps between them.) A backend that does not take a shape or dtype (e.g. flash with float32)
 shows "n/a"; one that runs out of memory shows "oom".
 
 --backward times the backward pass instead: flashcl-bench --impl backward against
@@ -121,6 +127,8 @@ def parse_args(argv):
                         "the L2 cache before each PyTorch run")
     p.add_argument("--flush-read", action="store_true",
                    help="clear the cache by reading, not writing, on both sides (see above)")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="time PyTorch by its kernels' device time, not by events around the call (see above)")
     p.add_argument("--with-reference", action="store_true", help="also time flashcl's CLBlast reference path")
     p.add_argument("--skip", type=lambda t: [x for x in t.split(",") if x], default=[],
                    help="PyTorch variants not to time (comma separated, from %s); shown as 'skipped'"
@@ -141,6 +149,8 @@ def parse_args(argv):
         p.error("--flush must be 0 (none) or a positive MiB count")
     if a.flush_read and not a.flush:
         p.error("--flush-read needs a --flush size")
+    if a.kernel_time and not a.flush:
+        p.error("--kernel-time needs a --flush size")
     if a.kv_heads and a.heads % a.kv_heads:
         p.error("--kv-heads must divide --heads")
     for v in a.skip:
@@ -296,16 +306,33 @@ def torch_timer(a):
 
     tdtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
-    def read_cleared_bench(fn, grad_to_none=None, warmup=25, rep=100):
-        """do_bench's median (its warm-up and repetition rule, events around each call) with the cache cleared
-        by a sum over a.flush MiB rather than by writing it, so that it holds clean lines."""
-        cache = torch.ones(a.flush << 18, dtype=torch.float32, device="cuda")  # float: summed without a converted copy
+    cache = []  # the flush buffer, made at first use
+
+    def flush():
+        """Clears the cache before a timed call as the options say: a.flush MiB read (--flush-read) or written."""
+        if not cache:
+            cache.append(torch.ones(a.flush << 18, dtype=torch.float32, device="cuda"))  # float: no converted copy
+        if a.flush_read:
+            cache[0].sum()
+        else:
+            cache[0].zero_()
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    def sleep():
+        torch.cuda._sleep(1 << 20)  # the device busy while the host queues what follows (a read flush is too short)
+
+    def event_bench(fn, grad_to_none=None, warmup=25, rep=100):
+        """do_bench's median (its warm-up and repetition rule, CUDA events around each call) behind a sleep and
+        flush() (--flush-read, where do_bench would write the cache)."""
         fn()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(5):
-            cache.sum()
+            flush()
             fn()
         end.record()
         torch.cuda.synchronize()
@@ -318,18 +345,59 @@ def torch_timer(a):
         for i in range(n_repeat):
             for x in grad_to_none or []:
                 x.grad = None
-            cache.sum()
+            sleep()
+            flush()
             starts[i].record()
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        times = sorted(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
-        return times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+        return median(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
+
+    def kernel_bench(fn, grad_to_none=None, reps=30):
+        """--kernel-time: the median over reps calls of the summed device time of the kernels fn launches
+        (torch.profiler), each call behind a sleep and flush(). The sleep's kernel separates the calls; the
+        flush's kernels, the first after it, are left out (both told by profiling them alone first)."""
+        from torch.profiler import profile, ProfilerActivity
+
+        def kernels(prof):
+            ev = [e for e in prof.events() if e.device_type.name == "CUDA"]
+            return sorted(ev, key=lambda e: e.time_range.start)
+
+        flush()  # the buffer made outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            sleep()
+            flush()
+            torch.cuda.synchronize()
+        ks = kernels(prof)
+        sleep_name, n_flush = ks[0].name, len(ks) - 1
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                for x in grad_to_none or []:
+                    x.grad = None
+                sleep()
+                flush()
+                fn()
+            torch.cuda.synchronize()
+        calls = []
+        for e in kernels(prof):
+            if e.name == sleep_name:
+                calls.append([])
+            elif calls:
+                calls[-1].append(e.time_range.elapsed_us())
+        sums = [sum(c[n_flush:]) for c in calls if len(c) > n_flush]
+        if len(sums) != reps:
+            raise RuntimeError("kernel timing: %d calls seen in the profile, %d made" % (len(sums), reps))
+        return median(sums) / 1e3
 
     def bench(fn, grad_to_none=None):
-        """Median ms of fn, the cache cleared before each run as --flush-read says."""
+        """Median ms of fn as the options say (see the module's doc)."""
+        if a.kernel_time:
+            return kernel_bench(fn, grad_to_none)
         if a.flush_read:
-            return read_cleared_bench(fn, grad_to_none)
+            return event_bench(fn, grad_to_none)
         return do_bench(fn, grad_to_none=grad_to_none, return_mode="median")
 
     def naive(q, k, v, causal, scale):
@@ -447,6 +515,7 @@ def run_decode(a):
                 rec = parse_flashcl_lines(proc.stdout).get(("flash", row[4]))
                 ok = rec and rec["status"] == "ok"
                 r = {"dtype": dtype, "d": d, "row": row, "flush_mib": a.flush, "flush_read": a.flush_read,
+                     "torch_timing": "kernels" if a.kernel_time else "events",
                      "flashcl_us": rec["median_ms"] * 1e3 if ok else (rec["status"] if rec else "-"),
                      "kv_gbps": rec.get("kv_gbps") if ok else None,
                      "split": bool(ok and rec.get("extra_bytes"))}
@@ -489,6 +558,7 @@ def run(a):
                     rec = fcl.get((impl, n))
                     row = {"dtype": dtype, "d": d, "causal": causal, "n": n, "batch": a.batch, "heads": a.heads,
                            "backward": a.backward, "flush_mib": a.flush, "flush_read": a.flush_read,
+                           "torch_timing": "kernels" if a.kernel_time else "events",
                            "flashcl": rec["median_ms"] if rec and rec["status"] == "ok" else (rec["status"] if rec else "-"),
                            "reference": None}
                     if a.with_reference and not a.backward:
@@ -540,7 +610,7 @@ def self_test():
     check(flashcl_command(a2, "f16", 64, False)[flashcl_command(a2, "f16", 64, False).index("--impl") + 1]
           == "flash,reference" and "--causal" not in flashcl_command(a2, "f16", 64, False), "forward with reference")
     for bad in (["--dtype", "f8"], ["--seqlen", "0"], ["--causal", "maybe"], ["--iters", "3"],
-                ["--heads", "16", "--kv-heads", "3"], ["--flush", "0", "--flush-read"]):
+                ["--heads", "16", "--kv-heads", "3"], ["--flush", "0", "--flush-read"], ["--flush", "0", "--kernel-time"]):
         try:
             with open("/dev/null", "w") as devnull:
                 old, sys.stderr = sys.stderr, devnull
