@@ -13,12 +13,14 @@
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
 # DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, FORWARD_ROWS="DTYPE,D,N;..." for other forward rows (B=4,
-# H=16), DEVICE for another device than the H200.
+# H=16), DEVICE for another device than the H200, FLUSH_READ=1 to clear the cache before each decode run by reading
+# (flashcl-bench --flush-read, docs/notes-nvidia.md v27) rather than by writing.
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
 b=${BUILD:-build-nv-shapes}
 device=${DEVICE:-H200} # flashcl-bench --device: an index or a name substring
+decode_flush=(--flush 256); [ -n "${FLUSH_READ:-}" ] && decode_flush+=(--flush-read)
 export FLASHCL_CACHE_DIR=${FLASHCL_CACHE_DIR:-/tmp/fcl-cache-shapes}
 { cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build "$b" -j 16 --target flashcl-bench; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
@@ -110,8 +112,8 @@ for step in "$@"; do
         for sh in ${DECODE_SHAPES:-default 2,1,32,0,3 2,1,32,0,5 1,1,32,0,5 2,1,16,0,8 2,1,64,0 4,1,64,0}; do
           sp=; [[ $sh == *@* ]] && sp=${sh#*@} # SHAPE@N: with FLASHCL_FORWARD_SPLITS=N
           echo "decode $row $sh | $(FLASHCL_FORWARD_SPLITS=$sp run FLASHCL_FORWARD_MMA_SHAPE "${sh%@*}" us --batch "$1" --heads "$2" --kv-heads "$3" \
-            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
-            --warmup 3)"
+            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd "${decode_flush[@]}" \
+            --iters 20 --warmup 3)"
         done
       done ;;
     splits)
@@ -119,8 +121,8 @@ for step in "$@"; do
         set -- $row
         for sp in ${SPLITS:-default 4 8 16 32 64 128}; do
           echo "decode $row splits $sp | $(run FLASHCL_FORWARD_SPLITS "$sp" us --batch "$1" --heads "$2" --kv-heads "$3" \
-            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd --flush 256 --iters 20 \
-            --warmup 3)"
+            --seqlen-q "$4" --seqlen "$5" --dtype f16 --head-dim 128 --impl flash --layout bnhd "${decode_flush[@]}" \
+            --iters 20 --warmup 3)"
         done
       done ;;
     *) echo "unknown step $step (forward, f32, backward, portable, decode, splits)"; exit 2 ;;
