@@ -12,15 +12,18 @@ the fastest PyTorch variant. Before each timed run do_bench clears the L2 cache 
 also keeps the GPU busy up to the launch; flashcl-bench does the same with --flush 256 (the default of
 --flush here; --flush 0 times flashcl without it). That write leaves the cache full of dirty lines, which
 the timed call then pays to write back to memory as it reads; --flush-read clears it by reading instead, on
-both sides (flashcl-bench --flush-read; PyTorch timed as do_bench times it, with a sum over the 256 MB in
-place of its zero fill), which matters only to calls that are bound by memory, such as decode.
+both sides (flashcl-bench --flush-read; PyTorch with do_bench's repetition rule and events, each call behind
+a sleep kernel, which keeps the device busy while the host queues the rest, and a sum over --flush MiB in
+place of do_bench's zero fill), which matters only to calls that are bound by memory, such as decode.
 flashcl-bench times a call of one kernel by that kernel's own start and end, and PyTorch's time between CUDA
 events around the call includes its launch (about 2-4 µs on the H200, which weighs on calls of under 0.2 ms);
 --kernel-time times PyTorch by the summed device time of the kernels each call launches (torch.profiler;
-the median of 30 calls, each behind the flush), which is like for like with flashcl's one-kernel calls.
+the median of 30 calls, each behind a sleep and a --flush MiB zero fill, or sum with --flush-read), which is
+like for like with flashcl's one-kernel calls.
 (flashcl's calls of several kernels, split-KV decode and the backward, are timed from the end of a gate
-command to the end of their last kernel, which includes their launches and the gaps between them.) A backend that does not take a shape or dtype (e.g. flash with float32)
-shows "n/a"; one that runs out of memory shows "oom".
+command to the end of their last kernel, which includes their launches and the gaps between them.)
+A backend that does not take a shape or dtype (e.g. flash with float32) shows "n/a"; one that runs out of
+memory shows "oom".
 
 --backward times the backward pass instead: flashcl-bench --impl backward against
 out.backward(dO) of each PyTorch variant (forward done once outside the timed region).
@@ -49,6 +52,10 @@ import subprocess
 import sys
 
 TORCH_VARIANTS = ["flash", "efficient", "cudnn", "math", "naive"]
+
+
+class KernelTimingError(Exception):
+    """--kernel-time could not tell a call's kernels apart (not a RuntimeError, so it is not taken for "n/a")."""
 DECODE_VARIANTS = ["flash", "efficient", "cudnn"]
 DECODE_ROWS = [(1, 32, 8, 1, 4096), (1, 32, 8, 1, 32768), (8, 32, 8, 1, 8192), (32, 32, 8, 1, 4096),
                (1, 32, 32, 1, 131072), (4, 32, 8, 4, 16384)]
@@ -124,7 +131,8 @@ def parse_args(argv):
     p.add_argument("--decode-rows", type=decode_rows, default=DECODE_ROWS, metavar="B,H,HKV,Q,N;...")
     p.add_argument("--flush", type=int, default=256,
                    help="flashcl-bench --flush MiB (0: none): a fill before each flashcl run, as do_bench clears "
-                        "the L2 cache before each PyTorch run")
+                        "the L2 cache before each PyTorch run (with --flush-read or --kernel-time, also the size "
+                        "of PyTorch's own flush)")
     p.add_argument("--flush-read", action="store_true",
                    help="clear the cache by reading, not writing, on both sides (see above)")
     p.add_argument("--kernel-time", action="store_true",
@@ -327,6 +335,7 @@ def torch_timer(a):
     def event_bench(fn, grad_to_none=None, warmup=25, rep=100):
         """do_bench's median (its warm-up and repetition rule, CUDA events around each call) behind a sleep and
         flush() (--flush-read, where do_bench would write the cache)."""
+        flush()  # the buffer made before anything is timed
         fn()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -353,10 +362,10 @@ def torch_timer(a):
         torch.cuda.synchronize()
         return median(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
 
-    def kernel_bench(fn, grad_to_none=None, reps=30):
-        """--kernel-time: the median over reps calls of the summed device time of the kernels fn launches
-        (torch.profiler), each call behind a sleep and flush(). The sleep's kernel separates the calls; the
-        flush's kernels, the first after it, are left out (both told by profiling them alone first)."""
+    def profile_calls(fn, grad_to_none=None, reps=30):
+        """The kernels of reps calls of fn, each behind a sleep and flush(): one list of (name, device µs) a call
+        (torch.profiler). The sleep's kernel separates the calls and the flush's kernels, the first after it,
+        are left out; both are told by profiling a sleep and flush() alone first."""
         from torch.profiler import profile, ProfilerActivity
 
         def kernels(prof):
@@ -370,6 +379,9 @@ def torch_timer(a):
             flush()
             torch.cuda.synchronize()
         ks = kernels(prof)
+        if len(ks) < 2 or "spin_kernel" not in ks[0].name:  # torch.cuda._sleep's kernel, then the flush's
+            raise KernelTimingError("kernel timing: the profile of a sleep and a flush shows %s"
+                                    % ([e.name for e in ks] or "no kernels"))
         sleep_name, n_flush = ks[0].name, len(ks) - 1
         fn()
         torch.cuda.synchronize()
@@ -386,11 +398,15 @@ def torch_timer(a):
             if e.name == sleep_name:
                 calls.append([])
             elif calls:
-                calls[-1].append(e.time_range.elapsed_us())
-        sums = [sum(c[n_flush:]) for c in calls if len(c) > n_flush]
-        if len(sums) != reps:
-            raise RuntimeError("kernel timing: %d calls seen in the profile, %d made" % (len(sums), reps))
-        return median(sums) / 1e3
+                calls[-1].append((e.name, e.time_range.elapsed_us()))
+        calls = [c[n_flush:] for c in calls if len(c) > n_flush]
+        if len(calls) != reps:
+            raise KernelTimingError("kernel timing: %d calls seen in the profile, %d made" % (len(calls), reps))
+        return calls
+
+    def kernel_bench(fn, grad_to_none=None, reps=30):
+        """--kernel-time: the median over reps calls of the summed device time of the kernels fn launches."""
+        return median(sum(t for _, t in c) for c in profile_calls(fn, grad_to_none, reps)) / 1e3
 
     def bench(fn, grad_to_none=None):
         """Median ms of fn as the options say (see the module's doc)."""
@@ -499,6 +515,7 @@ def torch_timer(a):
 
     measure.decode = measure_decode
     measure.bench = bench  # (fn, grad_to_none=None) -> ms, as the options say; bench/nv_dev/fixed_cost.py uses it
+    measure.profile_calls = profile_calls  # bench/nv_dev/torch_kernels.py lists the kernels with it
     return measure
 
 

@@ -83,6 +83,7 @@ typedef struct bench {
   cl_mem flush_sink; /* --flush-read: the word the read kernel could write, so that its loads are kept */
   cl_program flush_program;
   cl_kernel flush_kernel; /* --flush-read: flush_read_source's kernel */
+  size_t flush_global;    /* its work-items: 1024 a compute unit */
 } bench;
 
 /* One (impl, N) measurement. */
@@ -379,9 +380,9 @@ static int contains_nocase(const char *hay, const char *needle) {
 /* --flush-read's kernel: every word of the buffer is read, and the sink written only for an XOR of them that
    the fill's words do not give, so no load can be dropped. */
 static const char flush_read_source[] =
-    "__kernel void flush_read(__global const uint4 *p, ulong n, __global uint *sink) {\n"
+    "__kernel void flush_read(__global const uint4 *p, uint n, __global uint *sink) {\n"
     "  uint4 acc = (uint4)(0u);\n"
-    "  for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) acc ^= p[i];\n"
+    "  for (uint i = get_global_id(0); i < n; i += get_global_size(0)) acc ^= p[i];\n"
     "  if (acc.x == 0x9e3779b9u && acc.y == 0x7f4a7c15u) sink[0] = acc.z;\n"
     "}\n";
 
@@ -397,12 +398,28 @@ static int setup_flush(bench *b) {
     return -1;
   }
   if (!b->opt.flush_read) return 0;
+  if (bytes / 16 > 0xffffffffu) {
+    fprintf(stderr, "flashcl-bench: --flush-read takes at most 65535 MiB\n");
+    return -1;
+  }
   const char *src = flush_read_source;
   b->flush_sink = clCreateBuffer(b->context, CL_MEM_READ_WRITE, 4, NULL, &err);
   if (err == CL_SUCCESS) b->flush_program = clCreateProgramWithSource(b->context, 1, &src, NULL, &err);
-  if (err == CL_SUCCESS) err = clBuildProgram(b->flush_program, 1, &b->device, "", NULL, NULL);
+  if (err == CL_SUCCESS) {
+    err = clBuildProgram(b->flush_program, 1, &b->device, "", NULL, NULL);
+    if (err != CL_SUCCESS) {
+      char log[2048] = "";
+      clGetProgramBuildInfo(b->flush_program, b->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+      fprintf(stderr, "flashcl-bench: the --flush-read kernel did not build (%d):\n%s\n", (int)err, log);
+      return -1;
+    }
+  }
   if (err == CL_SUCCESS) b->flush_kernel = clCreateKernel(b->flush_program, "flush_read", &err);
-  const cl_ulong n = bytes / 16;
+  const cl_uint n = (cl_uint)(bytes / 16);
+  cl_uint units = 0;
+  if (clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || !units)
+    units = 1;
+  b->flush_global = (size_t)units * 1024;
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 0, sizeof(cl_mem), &b->flush_buf);
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 1, sizeof n, &n);
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 2, sizeof(cl_mem), &b->flush_sink);
@@ -422,10 +439,7 @@ static cl_int enqueue_flush(bench *b) {
   if (!b->opt.flush_read)
     return clEnqueueFillBuffer(b->queue, b->flush_buf, &flush_junk, sizeof flush_junk, 0,
                                (size_t)b->opt.flush_mib << 20, 0, NULL, NULL);
-  cl_uint units = 1;
-  clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-  const size_t global = (size_t)units * 1024;
-  return clEnqueueNDRangeKernel(b->queue, b->flush_kernel, 1, NULL, &global, NULL, 0, NULL, NULL);
+  return clEnqueueNDRangeKernel(b->queue, b->flush_kernel, 1, NULL, &b->flush_global, NULL, 0, NULL, NULL);
 }
 
 static int open_device(bench *b) {
@@ -983,6 +997,7 @@ static void print_result(const bench *b, int impl, const batch_lengths *len, con
     }
     if (o->varlen_min || o->paged) printf(",\"seed\":%llu", o->seed);
     if (r->kernel[0]) printf(",\"kernel\":\"%s\",\"splits\":%d", r->kernel, r->splits);
+    printf(",\"flush_mib\":%lld,\"flush_read\":%s", o->flush_mib, o->flush_read ? "true" : "false");
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
              "\"timer\":\"%s\"",

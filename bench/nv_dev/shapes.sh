@@ -20,7 +20,7 @@ out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
 b=${BUILD:-build-nv-shapes}
 device=${DEVICE:-H200} # flashcl-bench --device: an index or a name substring
-decode_flush=(--flush 256); [ -n "${FLUSH_READ:-}" ] && decode_flush+=(--flush-read)
+decode_flush=(--flush 256); [ "${FLUSH_READ:-}" = 1 ] && decode_flush+=(--flush-read)
 export FLASHCL_CACHE_DIR=${FLASHCL_CACHE_DIR:-/tmp/fcl-cache-shapes}
 { cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build "$b" -j 16 --target flashcl-bench; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
