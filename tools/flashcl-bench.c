@@ -398,8 +398,8 @@ static int setup_flush(bench *b) {
     return -1;
   }
   if (!b->opt.flush_read) return 0;
-  if (bytes / 16 > 0xffffffffu) {
-    fprintf(stderr, "flashcl-bench: --flush-read takes at most 65535 MiB\n");
+  if (bytes / 16 > 0x7fffffffu) { /* the kernel's 32-bit index, and its stride, stay below 2^32 */
+    fprintf(stderr, "flashcl-bench: --flush-read takes at most 32767 MiB\n");
     return -1;
   }
   const char *src = flush_read_source;
