@@ -2,9 +2,11 @@
 # (compare_torch.py's profile of 30 calls, each behind a sleep and a 256 MB flush, whose kernels are left out),
 # and the call's time between CUDA events around it (compare_torch.py --flush-read's timer, or with `fill`
 # do_bench's own).
-# usage: python3 bench/nv_dev/torch_kernels.py "B,H,HKV,Q,N[,c];..." [flash,cudnn] [f16|bf16] [D] [bhnd|bnhd] [fill]
+# usage: python3 bench/nv_dev/torch_kernels.py "B,H,HKV,Q,N[,c];..." [flash,cudnn] [f16|bf16] [D] [bhnd|bnhd]
+#   [fill|read] [bwd]
 #   c: causal. bnhd (default): tensors [batch, seq, heads, d] as in the decode table; bhnd: [batch, heads, seq, d]
-#   as in the forward table. fill: the flush writes (do_bench's) instead of reading.
+#   as in the forward table. fill: the flush writes (do_bench's) instead of reading. bwd: the backward pass
+#   (out.backward(dO), the forward done once outside), as compare_torch.py --backward times it.
 import os
 import sys
 
@@ -21,6 +23,7 @@ dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[arg(3, "f16")]
 d = int(arg(4, "128"))
 bnhd = arg(5, "bnhd") == "bnhd"
 fill = arg(6, "") == "fill"
+backward = arg(7, "") == "bwd"
 timer = compare_torch.torch_timer(compare_torch.parse_args([] if fill else ["--flush-read"]))
 backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -28,8 +31,10 @@ backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTEN
 
 def tensor(b, n, h):
     if bnhd:
-        return torch.randn(b, n, h, d, device="cuda", dtype=dtype).transpose(1, 2)
-    return torch.randn(b, h, n, d, device="cuda", dtype=dtype)
+        t = torch.randn(b, n, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+    else:
+        t = torch.randn(b, h, n, d, device="cuda", dtype=dtype)
+    return t.requires_grad_(backward)
 
 
 for row in rows:
@@ -37,15 +42,19 @@ for row in rows:
     causal = len(row) > 5 and row[5] == "c"
     q, k, v = tensor(b, nq, h), tensor(b, n, hkv), tensor(b, n, hkv)
     for name in names:
-        run = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)  # noqa: E731
+        forward = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)  # noqa: E731
         with sdpa_kernel(backends[name]):
             try:
-                run()
+                o = forward()
             except RuntimeError as e:
                 print("%s %s: %s" % (",".join(row), name, str(e).splitlines()[0]))
                 continue
-            calls = timer.profile_calls(run)
-            events_us = timer.bench(run) * 1e3
+            run, grads = forward, None
+            if backward:
+                do = torch.randn_like(o)
+                run, grads = (lambda: o.backward(do, retain_graph=True)), [q, k, v]  # noqa: E731
+            calls = timer.profile_calls(run, grads)
+            events_us = timer.bench(run, grads) * 1e3
         per_kernel = {}
         for c in calls:
             for kname, t in c:
