@@ -33,7 +33,9 @@ default the six rows (batch, heads, kv heads, seqlen_q, seqlen_k) = (1,32,8,1,40
 (8,32,8,1,8192), (32,32,8,1,4096), (1,32,32,1,131072), (4,32,8,4,16384), f16, d=128, not causal, every
 tensor laid out [batch, seq, heads, d] (--decode-rows "B,H,HKV,Q,N;..." for others). flashcl runs through
 flashcl-bench --layout bnhd --flush 256 (a 256 MiB fill before each run, outside its time, so K and V are
-not read from the L2 cache a previous run left them in, as do_bench does for PyTorch); PyTorch runs SDPA
+not read from the L2 cache a previous run left them in, as do_bench does for PyTorch) --from-gate (every
+row timed from the gate, its launch included, whether or not the call splits; before 2026-12-04 16:30 UTC
+an unsplit call was timed by its kernel alone); PyTorch runs SDPA
 with each of the flash, efficient and cuDNN backends (enable_gqa=True; a backend that refuses GQA gets K
 and V expanded to every query head before timing, marked "*"). The table gives flashcl's µs, PyTorch's
 best µs and backend, their ratio, and flashcl's K+V read bandwidth (the K and V bytes over its time).
@@ -189,7 +191,7 @@ def decode_command(a, dtype, head_dim, row):
     b, h, hkv, nq, n = row
     cmd = [a.flashcl_bench, "--json", "--dtype", dtype, "--batch", str(b), "--heads", str(h), "--kv-heads", str(hkv),
            "--head-dim", str(head_dim), "--seqlen-q", str(nq), "--seqlen", str(n), "--impl", "flash", "--layout",
-           "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup)]
+           "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup), "--from-gate"]
     if a.flush:
         cmd += ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else [])
     if a.device is not None:
@@ -678,8 +680,8 @@ def self_test():
     cmd = decode_command(a, "f16", 128, (4, 32, 8, 4, 16384))
     check(cmd[cmd.index("--seqlen-q") + 1] == "4" and cmd[cmd.index("--seqlen") + 1] == "16384"
           and cmd[cmd.index("--kv-heads") + 1] == "8" and cmd[cmd.index("--layout") + 1] == "bnhd"
-          and cmd[cmd.index("--flush") + 1] == "256" and cmd[cmd.index("--device") + 1] == "H200",
-          "decode flashcl-bench command line")
+          and cmd[cmd.index("--flush") + 1] == "256" and cmd[cmd.index("--device") + 1] == "H200"
+          and "--from-gate" in cmd, "decode flashcl-bench command line")
     a = parse_args(["--decode", "--decode-rows", "2,16,4,3,999;1,8,8,1,100", "--dtype", "bf16"])
     check(a.decode_rows == [(2, 16, 4, 3, 999), (1, 8, 8, 1, 100)] and a.dtype == ["bf16"], "--decode-rows")
     dec = render_decode_table([

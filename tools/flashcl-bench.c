@@ -62,6 +62,7 @@ typedef struct options {
   int bnhd;               /* --layout bnhd: q, k, v and o as [batch, seq, heads, d] */
   long long flush_mib;    /* --flush: MiB written before each run, so its inputs do not start in the cache */
   int flush_read;         /* --flush-read: the flush reads its buffer instead, leaving clean lines in the cache */
+  int from_gate;          /* --from-gate: one-kernel calls timed from the gate too, their launch included */
   long long paged;        /* --paged BS: K and V in a pool of blocks of BS rows, in shuffled order; 0 dense */
   long long *varlen;      /* --varlen, --varlen-list: each sequence's key count, [batch]; NULL: dense tensors */
   long long varlen_min, varlen_max; /* --varlen MIN:MAX, the range varlen is drawn from; 0: --varlen-list */
@@ -128,6 +129,9 @@ static void usage(FILE *f) {
           "  --flush-read        the --flush reads its buffer (filled once) instead of writing it: the cache\n"
           "                      then holds clean lines, and the run does not pay for writing back the\n"
           "                      flush's dirty ones (they matter to memory-bound calls such as decode)\n"
+          "  --from-gate         time a flash call of one kernel from the end of the gate command, as calls of\n"
+          "                      several kernels are, so that its launch counts (as CUDA events around a call\n"
+          "                      count it); by default such a call is timed by its kernel's own start and end\n"
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
@@ -271,6 +275,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--warmup")) NUMBER(o->warmup, 0);
     else if (!strcmp(a, "--flush")) NUMBER(o->flush_mib, 0);
     else if (!strcmp(a, "--flush-read")) o->flush_read = 1;
+    else if (!strcmp(a, "--from-gate")) o->from_gate = 1;
     else if (!strcmp(a, "--paged")) NUMBER(o->paged, 1);
     else if (!strcmp(a, "--seed")) NUMBER(o->seed, 0);
     else if (!strcmp(a, "--varlen") || !strcmp(a, "--varlen-list")) {
@@ -804,9 +809,9 @@ static fcl_status timed_call(bench *b, int impl, const fcl_attention_desc *desc,
     const double wall = now_ms() - t0;
     cl_ulong start = 0, end = 0;
     /* A flash forward of one kernel: its own start and end are the exact device time. A multi-command call
-       (split-KV, backward, reference) is measured from the end of the gate's fill (where that has no usable
-       time, the wall clock is used). */
-    const int one_kernel = impl == IMPL_FLASH && t->forward.splits <= 1;
+       (split-KV, backward, reference), and with --from-gate every call, is measured from the end of the gate's
+       fill (where that has no usable time, the wall clock is used). */
+    const int one_kernel = impl == IMPL_FLASH && t->forward.splits <= 1 && !b->opt.from_gate;
     int ok = clGetEventProfilingInfo(one_kernel ? ev : marker,
                                      one_kernel ? CL_PROFILING_COMMAND_START : CL_PROFILING_COMMAND_END,
                                      sizeof start, &start, NULL) == CL_SUCCESS &&
@@ -997,7 +1002,8 @@ static void print_result(const bench *b, int impl, const batch_lengths *len, con
     }
     if (o->varlen_min || o->paged) printf(",\"seed\":%llu", o->seed);
     if (r->kernel[0]) printf(",\"kernel\":\"%s\",\"splits\":%d", r->kernel, r->splits);
-    printf(",\"flush_mib\":%lld,\"flush_read\":%s", o->flush_mib, o->flush_read ? "true" : "false");
+    printf(",\"flush_mib\":%lld,\"flush_read\":%s,\"from_gate\":%s", o->flush_mib, o->flush_read ? "true" : "false",
+           o->from_gate ? "true" : "false");
     if (r->ok)
       printf(",\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,\"tflops\":%.6g,\"kv_gbps\":%.6g,\"extra_bytes\":%zu,"
              "\"timer\":\"%s\"",
