@@ -34,7 +34,7 @@ default the six rows (batch, heads, kv heads, seqlen_q, seqlen_k) = (1,32,8,1,40
 tensor laid out [batch, seq, heads, d] (--decode-rows "B,H,HKV,Q,N;..." for others). flashcl runs through
 flashcl-bench --layout bnhd --flush 256 (a 256 MiB fill before each run, outside its time, so K and V are
 not read from the L2 cache a previous run left them in, as do_bench does for PyTorch) --from-gate (every
-row timed from the gate, its launch included, whether or not the call splits; before 2026-12-04 16:30 UTC
+row timed from the gate, its launch included, whether or not the call splits; before 2026-12-04 16:22 UTC
 an unsplit call was timed by its kernel alone); PyTorch runs SDPA
 with each of the flash, efficient and cuDNN backends (enable_gqa=True; a backend that refuses GQA gets K
 and V expanded to every query head before timing, marked "*"). The table gives flashcl's µs, PyTorch's
@@ -50,18 +50,19 @@ Usage (on the GPU machine, from the repository root after building into build/):
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 
 TORCH_VARIANTS = ["flash", "efficient", "cudnn", "math", "naive"]
-
-
-class KernelTimingError(Exception):
-    """--kernel-time could not tell a call's kernels apart (not a RuntimeError, so it is not taken for "n/a")."""
 DECODE_VARIANTS = ["flash", "efficient", "cudnn"]
 DECODE_ROWS = [(1, 32, 8, 1, 4096), (1, 32, 8, 1, 32768), (8, 32, 8, 1, 8192), (32, 32, 8, 1, 4096),
                (1, 32, 32, 1, 131072), (4, 32, 8, 4, 16384)]
 DTYPES = ["f32", "f16", "bf16"]
+
+
+class KernelTimingError(Exception):
+    """--kernel-time could not tell a call's kernels apart (not a RuntimeError, so it is not taken for "n/a")."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,6 +170,11 @@ def parse_args(argv):
     return a
 
 
+def flush_args(a):
+    """flashcl-bench's flush options as a's say."""
+    return ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else []) if a.flush else []
+
+
 def flashcl_command(a, dtype, head_dim, causal):
     impl = "backward" if a.backward else "flash"
     if a.with_reference and not a.backward:
@@ -178,8 +184,7 @@ def flashcl_command(a, dtype, head_dim, causal):
            "--iters", str(a.iters), "--warmup", str(a.warmup)]
     if a.kv_heads:
         cmd += ["--kv-heads", str(a.kv_heads)]
-    if a.flush:
-        cmd += ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else [])
+    cmd += flush_args(a)
     if causal:
         cmd.append("--causal")
     if a.device is not None:
@@ -192,8 +197,7 @@ def decode_command(a, dtype, head_dim, row):
     cmd = [a.flashcl_bench, "--json", "--dtype", dtype, "--batch", str(b), "--heads", str(h), "--kv-heads", str(hkv),
            "--head-dim", str(head_dim), "--seqlen-q", str(nq), "--seqlen", str(n), "--impl", "flash", "--layout",
            "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup), "--from-gate"]
-    if a.flush:
-        cmd += ["--flush", str(a.flush)] + (["--flush-read"] if a.flush_read else [])
+    cmd += flush_args(a)
     if a.device is not None:
         cmd += ["--device", str(a.device)]
     return cmd
@@ -327,10 +331,6 @@ def torch_timer(a):
         else:
             cache[0].zero_()
 
-    def median(xs):
-        xs = sorted(xs)
-        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-
     def sleep():
         torch.cuda._sleep(1 << 20)  # the device busy while the host queues what follows (a read flush is too short)
 
@@ -362,7 +362,7 @@ def torch_timer(a):
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        return median(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
+        return statistics.median(s_.elapsed_time(e_) for s_, e_ in zip(starts, ends))
 
     def profile_calls(fn, grad_to_none=None, reps=30):
         """The kernels of reps calls of fn, each behind a sleep and flush(): one list of (name, device µs) a call
@@ -408,7 +408,7 @@ def torch_timer(a):
 
     def kernel_bench(fn, grad_to_none=None, reps=30):
         """--kernel-time: the median over reps calls of the summed device time of the kernels fn launches."""
-        return median(sum(t for _, t in c) for c in profile_calls(fn, grad_to_none, reps)) / 1e3
+        return statistics.median(sum(t for _, t in c) for c in profile_calls(fn, grad_to_none, reps)) / 1e3
 
     def bench(fn, grad_to_none=None):
         """Median ms of fn as the options say (see the module's doc)."""

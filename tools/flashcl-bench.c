@@ -407,24 +407,21 @@ static int setup_flush(bench *b) {
     fprintf(stderr, "flashcl-bench: --flush-read takes at most 32767 MiB\n");
     return -1;
   }
-  const char *src = flush_read_source;
-  b->flush_sink = clCreateBuffer(b->context, CL_MEM_READ_WRITE, 4, NULL, &err);
-  if (err == CL_SUCCESS) b->flush_program = clCreateProgramWithSource(b->context, 1, &src, NULL, &err);
-  if (err == CL_SUCCESS) {
-    err = clBuildProgram(b->flush_program, 1, &b->device, "", NULL, NULL);
-    if (err != CL_SUCCESS) {
-      char log[2048] = "";
-      clGetProgramBuildInfo(b->flush_program, b->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-      fprintf(stderr, "flashcl-bench: the --flush-read kernel did not build (%d):\n%s\n", (int)err, log);
-      return -1;
-    }
-  }
-  if (err == CL_SUCCESS) b->flush_kernel = clCreateKernel(b->flush_program, "flush_read", &err);
-  const cl_uint n = (cl_uint)(bytes / 16);
   cl_uint units = 0;
   if (clGetDeviceInfo(b->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || !units)
     units = 1;
   b->flush_global = (size_t)units * 1024;
+  const cl_uint n = (cl_uint)(bytes / 16);
+  const char *src = flush_read_source;
+  b->flush_sink = clCreateBuffer(b->context, CL_MEM_READ_WRITE, 4, NULL, &err);
+  if (err == CL_SUCCESS) b->flush_program = clCreateProgramWithSource(b->context, 1, &src, NULL, &err);
+  if (err == CL_SUCCESS && (err = clBuildProgram(b->flush_program, 1, &b->device, "", NULL, NULL)) != CL_SUCCESS) {
+    char log[2048] = "";
+    clGetProgramBuildInfo(b->flush_program, b->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    fprintf(stderr, "flashcl-bench: the --flush-read kernel did not build (%d):\n%s\n", (int)err, log);
+    return -1;
+  }
+  if (err == CL_SUCCESS) b->flush_kernel = clCreateKernel(b->flush_program, "flush_read", &err);
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 0, sizeof(cl_mem), &b->flush_buf);
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 1, sizeof n, &n);
   if (err == CL_SUCCESS) err = clSetKernelArg(b->flush_kernel, 2, sizeof(cl_mem), &b->flush_sink);

@@ -8,6 +8,7 @@
 #   as in the forward table. fill: the flush writes (do_bench's) instead of reading. bwd: the backward pass
 #   (out.backward(dO), the forward done once outside), as compare_torch.py --backward times it.
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -59,8 +60,7 @@ for row in rows:
         for c in calls:
             for kname, t in c:
                 per_kernel.setdefault(kname, []).append(t)
-        sums = sorted(sum(t for _, t in c) for c in calls)
         print("== %s %s: kernels %.1f us a call (median of %d), events %.1f us (median)"
-              % (",".join(row), name, sums[len(sums) // 2], len(calls), events_us))
+              % (",".join(row), name, statistics.median(sum(t for _, t in c) for c in calls), len(calls), events_us))
         for kname, ts in per_kernel.items():
             print("  %5.2f a call  %8.1f us each (mean)  %s" % (len(ts) / len(calls), sum(ts) / len(ts), kname[:100]))
