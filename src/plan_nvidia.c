@@ -110,6 +110,10 @@ static const forward_default_row forward_defaults[] = {
    head_dim 128. */
 static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2, 0}, {2, 1, 16, 1, 2, 0}};
 
+/* Grids of at most one default block a compute unit (fcl_plan_nvidia_forward), head_dim up to 64 and up to 128:
+   4 warps x 1 tile (64 rows), Q in registers, 128- and 64-key tiles. */
+static const nvidia_forward_shape small_grid_shapes[] = {{4, 1, 128, 0, 2, 0}, {4, 1, 64, 0, 2, 0}};
+
 /* Then smaller shapes for devices with less local memory, in this order (the first is head_dim 128's default
    before v20: 2 warps x 2 tiles, all of Q in local memory). */
 static const nvidia_forward_shape forward_fallbacks[] = {
@@ -206,6 +210,16 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   const int64_t rule_rows = (int64_t)rule->warps * rule->tiles * 16;
   t.pack = p->group > 1 && p->nq < rule_rows;
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
+  /* A grid of at most one of the rule's blocks a compute unit (on the H200, 16 heads of 1024 query rows: 128
+     blocks of 128 rows on 132 units) leaves each unit a single work-group of four warps, which waits out every
+     key tile's copies and barriers alone. Blocks of one 16-row tile a warp, with longer key tiles, put two
+     work-groups on a unit (docs/notes-nvidia.md, v28). */
+  if (!f32 && !t.pack && rule->tiles > 1 && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0 &&
+      p->batch * p->heads * ((p->nq + rule_rows - 1) / rule_rows) <= (int64_t)caps->compute_units) {
+    const nvidia_forward_shape *small = &small_grid_shapes[p->d > 64];
+    take_shape(caps, p, small, 0, &t);
+    if (fits(caps, t.local_bytes, t.wg)) first = *small;
+  }
   if (block_rows < rule_rows && block_rows <= 64) {
     first.warps = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
     /* A grid of at most one such block per sixteen compute units (batch-1 decode with GQA packing: 8 blocks)

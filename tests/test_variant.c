@@ -315,6 +315,44 @@ static void planner_cases(void) {
           t.reason);
   }
 
+  /* Grids of at most one default block (128 rows at head_dim 64 and 128, 64 rows causal up to 2048 query rows at
+     128 and 4096 at 64) a unit: 4 warps x 1 tile (64 rows), 128-key tiles up to head_dim 64 and 64-key tiles up
+     to 128; more blocks, head_dims above 128, f32 and devices of unknown size keep the rule's shape. */
+  static const struct {
+    int64_t b, h, hkv, nq, nk, d;
+    fcl_dtype dtype;
+    int causal, units, br, bc;
+  } grid[] = {{1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, 64, 64},
+              {1, 16, 4, 1024, 4096, 128, FCL_DTYPE_BF16, 0, 132, 64, 64},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_BF16, 0, 132, 64, 128},
+              {1, 33, 33, 512, 512, 96, FCL_DTYPE_F16, 0, 132, 64, 64},
+              {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64},
+              {1, 34, 34, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 128, 32},
+              {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 128, 32},
+              {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 128, 128},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, 128, 32},
+              {1, 16, 16, 1024, 1024, 256, FCL_DTYPE_F16, 0, 132, 64, 32},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F32, 0, 132, 32, 16}};
+  for (size_t i = 0; i < sizeof grid / sizeof grid[0]; ++i) {
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = grid[i].b, desc.num_heads = grid[i].h, desc.num_kv_heads = grid[i].hkv;
+    desc.seqlen_q = grid[i].nq, desc.seqlen_k = grid[i].nk, desc.head_dim = grid[i].d, desc.dtype = grid[i].dtype;
+    desc.causal = grid[i].causal;
+    fcl_device_caps dc = h200;
+    dc.compute_units = grid[i].units;
+    fcl_problem sp;
+    r = fcl_resolve_problem(&desc, &sp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&dc, &no_overrides, &sp, 0, NULL, &t) : -1;
+    check(r == 0 && !t.pack && t.br == grid[i].br && t.bc == grid[i].bc && t.local_bytes <= dc.local_mem_size &&
+              fcl_plan_splits(&dc, &no_overrides, &sp, &t) == 1,
+          "planner: B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s on %d units: %d rows (want %d), %d-key tiles (want "
+          "%d): %s",
+          (long long)grid[i].b, (long long)grid[i].h, (long long)grid[i].hkv, (long long)grid[i].nq,
+          (long long)grid[i].nk, (long long)grid[i].d, dtype_name(grid[i].dtype), grid[i].causal ? " causal" : "",
+          grid[i].units, t.br, grid[i].br, t.bc, grid[i].bc, t.reason);
+  }
+
   /* f32 decode (3xTF32): the same packing and warps, 64-key tiles up to head_dim 64 and 32-key tiles above (a
      float tile is twice an f16 one), and never the four-buffer ring of the 1.7-2 blocks a unit rule, which was
      measured in f16 only. */
@@ -371,10 +409,10 @@ static void planner_cases(void) {
     int64_t b, h, hkv, nq, nk;
     int splits;
   } paged[] = {{1, 32, 8, 1, 32768, 64}, {1, 32, 8, 1, 4096, 32}, {1, 32, 32, 1, 131072, 24},
-               {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 24},
-               {1, 32, 8, 1, 256, 2},    {1, 32, 8, 1, 128, 1},      /* a padding warp: chunks of two tiles */
-               {1, 32, 32, 1, 12000, 21},                            /* 188 tiles: 23 wanted, 21 chunks of 9 */
-               {1, 8, 1, 1, 131072, 128}};                                /* 1.5 x 128 capped at FCL_MAX_SPLITS */
+              {8, 32, 8, 1, 8192, 12},  {32, 32, 8, 1, 4096, 3}, {4, 32, 8, 4, 16384, 24},
+              {1, 32, 8, 1, 256, 2},    {1, 32, 8, 1, 128, 1},      /* a padding warp: chunks of two tiles */
+              {1, 32, 32, 1, 12000, 21},                            /* 188 tiles: 23 wanted, 21 chunks of 9 */
+              {1, 8, 1, 1, 131072, 128}};                                /* 1.5 x 128 capped at FCL_MAX_SPLITS */
   for (size_t i = 0; i < sizeof paged / sizeof paged[0]; ++i) {
     r = paged_decode_plan(&h200, paged[i].b, paged[i].h, paged[i].hkv, paged[i].nq, paged[i].nk, &t);
     const int splits = r == 0 ? t.splits : 0;

@@ -8,13 +8,16 @@
 # The step `splits` times the six decode rows at forced split counts instead (FLASHCL_FORWARD_SPLITS; SPLITS
 # lists them, "default" the planner's).
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/shapes.sh [forward]
-#   [f32] [backward] [portable] [decode] [splits]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
+#   [f32] [backward] [portable] [decode] [splits] [grid]; the build goes to $BUILD (default build-nv-shapes), logs to $OUT
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
 # DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, FORWARD_ROWS="DTYPE,D,N;..." for other forward rows (B=4,
 # H=16), DEVICE for another device than the H200, FLUSH_READ=1 to clear the cache before each decode run by reading
 # (flashcl-bench --flush-read, docs/notes-nvidia.md v27) rather than by writing.
+# The step `grid` times forward rows of any grid (GRID_ROWS="DTYPE,D,B,H,NQ,NK[,causal];...") at GRID_SHAPES_64 or
+# GRID_SHAPES_128 (by head_dim; SHAPE@N at N chunks, "default@N" the planner's shape at N chunks), behind --flush 256:
+# what a grid of fewer blocks than the device holds at once gets from other shapes (docs/notes-nvidia.md v28).
 set -uo pipefail
 out=${OUT:-/tmp/nv_shapes}; mkdir -p "$out"
 cd "$(dirname "$0")/../.." || exit 1
@@ -53,6 +56,9 @@ run() {
 # The decode rows (issue 12's table; DECODE_ROWS="B,H,HKV,Q,N;..." for others).
 decode_rows=("1 32 8 1 4096" "1 32 8 1 32768" "8 32 8 1 8192" "32 32 8 1 4096" "1 32 32 1 131072" "4 32 8 4 16384")
 if [ -n "${DECODE_ROWS:-}" ]; then IFS=';' read -ra decode_rows <<<"${DECODE_ROWS//,/ }"; fi
+grid_rows=("f16 128 1 16 1024 1024" "f16 128 1 16 1024 4096" "f16 128 2 16 1024 4096" "f16 128 4 16 1024 1024"
+           "f16 64 1 16 1024 1024" "f16 64 1 16 1024 4096")
+if [ -n "${GRID_ROWS:-}" ]; then IFS=';' read -ra grid_rows <<<"${GRID_ROWS//,/ }"; fi
 forward_rows=("f16 64 16384" "bf16 64 16384" "f16 64 4096" "f16 128 4096" "f16 128 16384")
 if [ -n "${FORWARD_ROWS:-}" ]; then IFS=';' read -ra forward_rows <<<"${FORWARD_ROWS//,/ }"; fi
 for step in "$@"; do
@@ -67,6 +73,17 @@ for step in "$@"; do
             echo "forward $1 d=$2 N=$3 ${causal:-not-causal} $sh | $(run FLASHCL_FORWARD_MMA_SHAPE "$sh" ms --batch 4 \
               --heads 16 --dtype "$1" --head-dim "$2" --seqlen "$3" $causal --impl flash --iters 20 --warmup 3)"
           done
+        done
+      done ;;
+    grid)
+      for row in "${grid_rows[@]}"; do
+        set -- $row
+        if [ "$2" -le 64 ]; then shapes=${GRID_SHAPES_64:-"default 4,1,128,0 4,1,64,0 4,2,64,0 8,1,64,0 default@2"}
+        else shapes=${GRID_SHAPES_128:-"default 4,1,64,0 4,1,32,0 8,1,32,0 8,1,64,0 2,2,32,1 default@2"}; fi
+        for sh in $shapes; do
+          sp=; [[ $sh == *@* ]] && sp=${sh#*@}
+          echo "grid $row $sh | $(FLASHCL_FORWARD_SPLITS=$sp run FLASHCL_FORWARD_MMA_SHAPE "${sh%@*}" ms --dtype "$1" --head-dim "$2" \
+            --batch "$3" --heads "$4" --seqlen-q "$5" --seqlen "$6" ${7:+--causal} --impl flash --flush 256 --iters 30 --warmup 5)"
         done
       done ;;
     f32)
@@ -125,6 +142,6 @@ for step in "$@"; do
             --iters 20 --warmup 3)"
         done
       done ;;
-    *) echo "unknown step $step (forward, f32, backward, portable, decode, splits)"; exit 2 ;;
+    *) echo "unknown step $step (forward, f32, backward, portable, decode, splits, grid)"; exit 2 ;;
   esac
 done 2>&1 | tee "$out/shapes.log"
