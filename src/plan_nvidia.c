@@ -210,15 +210,23 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   const int64_t rule_rows = (int64_t)rule->warps * rule->tiles * 16;
   t.pack = p->group > 1 && p->nq < rule_rows;
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
-  /* A grid of at most one of the rule's blocks a compute unit (on the H200, 16 heads of 1024 query rows: 128
-     blocks of 128 rows on 132 units) leaves each unit a single work-group of four warps, which waits out every
-     key tile's copies and barriers alone. Blocks of one 16-row tile a warp, with longer key tiles, put two
-     work-groups on a unit (docs/notes-nvidia.md, v28). */
-  if (!f32 && !t.pack && rule->tiles > 1 && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0 &&
-      p->batch * p->heads * ((p->nq + rule_rows - 1) / rule_rows) <= (int64_t)caps->compute_units) {
+  /* A grid that leaves most compute units one of the rule's blocks (on the H200, 16 heads of 1024 query rows:
+     128 blocks of 128 rows on 132 units) gives each a single work-group of four warps, which waits out every
+     key tile's copies and barriers alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice
+     the work-groups; where they fit in one wave (three a unit by registers, fewer where shared memory holds
+     fewer), they ran 15-30% faster at 128 to 192 blocks, and 26-37% slower at 200 and 256, in two waves
+     (docs/notes-nvidia.md, v28). fcl_plan_splits then fills that wave. */
+  int wave = 0;
+  if (!f32 && !t.pack && rule->tiles > 1 && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0) {
     const nvidia_forward_shape *small = &small_grid_shapes[p->d > 64];
     take_shape(caps, p, small, 0, &t);
-    if (fits(caps, t.local_bytes, t.wg)) first = *small;
+    const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
+    const int resident = by_local > 0 && by_local < 3 ? by_local : 3;
+    const int64_t blocks = p->batch * p->heads * ((p->nq + rule_rows - 1) / rule_rows);
+    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && 2 * blocks <= resident * (int64_t)caps->compute_units) {
+      first = *small;
+      wave = resident;
+    }
   }
   if (block_rows < rule_rows && block_rows <= 64) {
     first.warps = block_rows <= 16 ? 1 : block_rows <= 32 ? 2 : 4;
@@ -263,6 +271,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     found = fits(caps, t.local_bytes, t.wg);
     took_forced = found && i == 0;
     t.copy_warps = found && i == 1 ? copying : 0;
+    t.wave = found && i == 1 ? wave : 0;
   }
   if (!found) DECLINE("tensor-core kernel: %zu B of local memory is too little", (size_t)caps->local_mem_size);
   t.splits = fcl_plan_splits(caps, ov, p, &t);

@@ -315,25 +315,30 @@ static void planner_cases(void) {
           t.reason);
   }
 
-  /* Grids of at most one default block (128 rows at head_dim 64 and 128, 64 rows causal up to 2048 query rows at
+  /* Grids of at most 1.5 default blocks (128 rows at head_dim 64 and 128, 64 rows causal up to 2048 query rows at
      128 and 4096 at 64) a unit: 4 warps x 1 tile (64 rows), 128-key tiles up to head_dim 64 and 64-key tiles up
-     to 128; more blocks, head_dims above 128, f32 and devices of unknown size keep the rule's shape. */
+     to 128, with the keys in as many chunks as one wave of three work-groups a unit holds; more blocks, head_dims
+     above 128, f32 and devices of unknown size keep the rule's shape. */
   static const struct {
     int64_t b, h, hkv, nq, nk, d;
     fcl_dtype dtype;
-    int causal, units, br, bc;
-  } grid[] = {{1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, 64, 64},
-              {1, 16, 4, 1024, 4096, 128, FCL_DTYPE_BF16, 0, 132, 64, 64},
-              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128},
-              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_BF16, 0, 132, 64, 128},
-              {1, 33, 33, 512, 512, 96, FCL_DTYPE_F16, 0, 132, 64, 64},
-              {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64},
-              {1, 34, 34, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 128, 32},
-              {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 128, 32},
-              {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 128, 128},
-              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, 128, 32},
-              {1, 16, 16, 1024, 1024, 256, FCL_DTYPE_F16, 0, 132, 64, 32},
-              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F32, 0, 132, 32, 16}};
+    int causal, units, br, bc, splits;
+  } grid[] = {{1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
+              {1, 16, 4, 1024, 4096, 128, FCL_DTYPE_BF16, 0, 132, 64, 64, 1},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 1},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_BF16, 0, 132, 64, 128, 1},
+              {1, 33, 33, 512, 512, 96, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
+              {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64, 1},
+              {1, 49, 49, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
+              {1, 50, 50, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
+              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 3},
+              {1, 4, 4, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 6},
+              {1, 8, 8, 1024, 128, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
+              {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
+              {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 128, 128, 1},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, 128, 32, 1},
+              {1, 16, 16, 1024, 1024, 256, FCL_DTYPE_F16, 0, 132, 64, 32, 1},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F32, 0, 132, 32, 16, 1}};
   for (size_t i = 0; i < sizeof grid / sizeof grid[0]; ++i) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -345,12 +350,13 @@ static void planner_cases(void) {
     fcl_problem sp;
     r = fcl_resolve_problem(&desc, &sp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&dc, &no_overrides, &sp, 0, NULL, &t) : -1;
     check(r == 0 && !t.pack && t.br == grid[i].br && t.bc == grid[i].bc && t.local_bytes <= dc.local_mem_size &&
-              fcl_plan_splits(&dc, &no_overrides, &sp, &t) == 1,
+              fcl_plan_splits(&dc, &no_overrides, &sp, &t) == grid[i].splits,
           "planner: B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s on %d units: %d rows (want %d), %d-key tiles (want "
-          "%d): %s",
+          "%d), %d chunks (want %d): %s",
           (long long)grid[i].b, (long long)grid[i].h, (long long)grid[i].hkv, (long long)grid[i].nq,
           (long long)grid[i].nk, (long long)grid[i].d, dtype_name(grid[i].dtype), grid[i].causal ? " causal" : "",
-          grid[i].units, t.br, grid[i].br, t.bc, grid[i].bc, t.reason);
+          grid[i].units, t.br, grid[i].br, t.bc, grid[i].bc, r == 0 ? fcl_plan_splits(&dc, &no_overrides, &sp, &t) : 0,
+          grid[i].splits, t.reason);
   }
 
   /* f32 decode (3xTF32): the same packing and warps, 64-key tiles up to head_dim 64 and 32-key tiles above (a
