@@ -149,8 +149,8 @@ typedef struct fcl_tile_plan {
                        compute capability 9.0, dense keys, more than one warp of real rows: plan_nvidia.c) */
   int copy_warps;   /* nvidia_mma forward: warps whose rows are all padding, added for their share of the tile
                        copies (batch-1 decode, plan_nvidia.c); fcl_plan_splits counts only the others */
-  int wave;         /* nvidia_mma forward on a small grid (plan_nvidia.c): the work-groups a compute unit holds at
-                       once, whose one wave fcl_plan_splits fills with chunks of keys (0: not such a plan) */
+  int wave;         /* nvidia_mma forward on a small grid (plan_nvidia.c): the work-groups a compute unit is to
+                       run at once, for which fcl_plan_splits cuts the keys into chunks (0: not such a plan) */
   size_t local_bytes;
   char reason[256];
 } fcl_tile_plan;
@@ -199,7 +199,7 @@ int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
    efficiency is within 85% of the best (FlashAttention-2's rule), counting two work-groups per compute unit on
    a GPU and one on a CPU, at most FCL_MAX_SPLITS and the block's key tiles. The tensor-core kernel: about four
    warps a compute unit, chunks of at least four tiles; with paged keys up to 1.5x that (plan.c says why); a
-   small grid's plan (t->wave) as many chunks as one wave of its work-groups holds. */
+   small grid's plan (t->wave) as many chunks as give each unit t->wave work-groups. */
 /* Work-groups of local_bytes each that one multiprocessor of caps holds by shared memory; 0 when its compute
    capability is not in the table (plan_nvidia.c). */
 int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes);

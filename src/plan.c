@@ -172,9 +172,9 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
        deeper ring of K/V tiles instead (fcl_plan_nvidia_forward; docs/notes-nvidia.md, v19). */
     if (t->copy_warps && groups >= cus) return 1;
     /* A small grid's blocks of one 16-row tile a warp (fcl_plan_nvidia_forward) are compute-bound: as many
-       chunks of at least four tiles as keep their work-groups within one wave of t->wave a unit (on the H200,
-       16 heads of 1024 rows at head_dim 128 in 2 chunks ran 18% faster than in 1, in 4 (a second wave) 15%
-       slower than in 2; docs/notes-nvidia.md, v28). */
+       chunks of at least four tiles as give each unit at most t->wave work-groups (on the H200, 8 heads of
+       1024 rows at head_dim 128 in 2 chunks ran 18% faster than in 1, in 4 (a second wave) 15% slower than
+       in 2; docs/notes-nvidia.md, v28). */
     if (t->wave > 0) {
       int s = (int)(t->wave * cus / groups);
       if (s > FCL_MAX_SPLITS) s = FCL_MAX_SPLITS;

@@ -215,17 +215,19 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
      key tile's copies and barriers alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice
      the work-groups; where they fit in one wave (three a unit by registers, fewer where shared memory holds
      fewer), they ran 15-30% faster at 128 to 192 blocks, and 26-37% slower at 200 and 256, in two waves
-     (docs/notes-nvidia.md, v28). fcl_plan_splits then fills that wave. */
+     (docs/notes-nvidia.md, v28). fcl_plan_splits then cuts the keys into chunks for two such work-groups a
+     unit (also where the rule's own shape is already this one: short causal rows); three ran 7% faster at
+     head_dim 128 but 24% slower in f16 at head_dim 64, where the cause was not found. */
   int wave = 0;
-  if (!f32 && !t.pack && rule->tiles > 1 && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0) {
+  if (!f32 && !t.pack && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0) {
     const nvidia_forward_shape *small = &small_grid_shapes[p->d > 64];
     take_shape(caps, p, small, 0, &t);
     const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
     const int resident = by_local > 0 && by_local < 3 ? by_local : 3;
-    const int64_t blocks = p->batch * p->heads * ((p->nq + rule_rows - 1) / rule_rows);
-    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && 2 * blocks <= resident * (int64_t)caps->compute_units) {
+    const int64_t blocks = p->batch * p->heads * ((p->nq + t.br - 1) / t.br);
+    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && blocks <= resident * (int64_t)caps->compute_units) {
       first = *small;
-      wave = resident;
+      wave = 2;
     }
   }
   if (block_rows < rule_rows && block_rows <= 64) {

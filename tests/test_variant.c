@@ -317,7 +317,7 @@ static void planner_cases(void) {
 
   /* Grids of at most 1.5 default blocks (128 rows at head_dim 64 and 128, 64 rows causal up to 2048 query rows at
      128 and 4096 at 64) a unit: 4 warps x 1 tile (64 rows), 128-key tiles up to head_dim 64 and 64-key tiles up
-     to 128, with the keys in as many chunks as one wave of three work-groups a unit holds; more blocks, head_dims
+     to 128, with the keys in as many chunks as give each unit two work-groups; more blocks, head_dims
      above 128, f32 and devices of unknown size keep the rule's shape. */
   static const struct {
     int64_t b, h, hkv, nq, nk, d;
@@ -331,9 +331,10 @@ static void planner_cases(void) {
               {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64, 1},
               {1, 49, 49, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
               {1, 50, 50, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
-              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 3},
-              {1, 4, 4, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 6},
+              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 2},
+              {1, 4, 4, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 4},
               {1, 8, 8, 1024, 128, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
+              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64, 2},
               {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
               {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 128, 128, 1},
               {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, 128, 32, 1},

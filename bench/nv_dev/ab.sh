@@ -67,7 +67,7 @@ for step in "$@"; do
         summary+=$'\n'"$line:$res"
       done <"$rows" ;;
     verbose)
-      gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
+      gcc -O2 -Iinclude bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
       for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=2 -DBN=32" "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=16" \
                  "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"; do
         for mods in "-DWINDOW=0" "-DWINDOW=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1" \

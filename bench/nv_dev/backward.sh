@@ -40,7 +40,7 @@ tally() { # log label
 t0=$(date +%s)
 { cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build "$b" -j 16; } >"$out/build.log" 2>&1
 rc=$?
-gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o "$b/nvbuild" >>"$out/build.log" 2>&1
+gcc -O2 -Iinclude bench/nv_dev/nvbuild.c -lOpenCL -o "$b/nvbuild" >>"$out/build.log" 2>&1
 summary+=$'\n'"build: rc $rc [$(( $(date +%s) - t0 )) s]"
 if [ $rc -ne 0 ]; then tail -30 "$out/build.log"; echo "== summary$summary"; exit 1; fi
 

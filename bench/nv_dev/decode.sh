@@ -21,7 +21,7 @@ for step in "$@"; do
   t0=$(date +%s)
   case $step in
     verbose)
-      gcc -O2 bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/nvbuild || continue
+      gcc -O2 -Iinclude bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/nvbuild || continue
       base="-cl-nv-verbose -DDTYPE=1 -DD=128 -DDP=128 -DDS=136 -DQSMEM=0 -DSTAGES=2 -DWINDOW=0"
       for shape in "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1" "-DNW=1 -DMT=1 -DBC=64 -DPACK=0 -DSPLIT=1" \
                    "-DNW=1 -DMT=1 -DBC=64 -DPACK=1 -DSPLIT=1 -DALIBI=1 -DMASK=2 -DSOFTCAP=1 -DWINDOW=2" \

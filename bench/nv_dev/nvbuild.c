@@ -1,5 +1,6 @@
 /* Builds one OpenCL program from source files with the given options on the first GPU and prints the
- * build status and log (with -cl-nv-verbose, NVIDIA's compiler reports registers and spills there).
+ * build status and log (with -cl-nv-verbose, NVIDIA's compiler reports registers and spills there), then each
+ * kernel's CL_KERNEL_WORK_GROUP_SIZE and local memory.
  * usage: nvbuild "OPTIONS" FILE...   (files are concatenated in order, as the library passes them)
  * Exit status: 0 when the build succeeded, 1 otherwise. */
 #include "dev_util.h"
@@ -36,5 +37,19 @@ int main(int argc, char **argv) {
   if (log && clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, len, log, NULL) == CL_SUCCESS) log[len] = '\0';
   else if (log) log[0] = '\0';
   printf("rc=%d\n%s\n", rc, log ? log : "");
+  /* Each kernel's work-items a work-group may have as compiled: below the device's limit, the registers bound it,
+     so it tells how many such work-groups a multiprocessor's register file holds. */
+  cl_kernel kernels[16];
+  cl_uint nk = 0;
+  if (rc == CL_SUCCESS && clCreateKernelsInProgram(prog, 16, kernels, &nk) == CL_SUCCESS)
+    for (cl_uint i = 0; i < nk; ++i) {
+      char name[128] = "";
+      size_t wg = 0;
+      cl_ulong local = 0;
+      clGetKernelInfo(kernels[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+      clGetKernelWorkGroupInfo(kernels[i], dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+      clGetKernelWorkGroupInfo(kernels[i], dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+      printf("kernel %s: CL_KERNEL_WORK_GROUP_SIZE %zu, local %llu B\n", name, wg, (unsigned long long)local);
+    }
   return rc == CL_SUCCESS ? 0 : 1;
 }
