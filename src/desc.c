@@ -187,11 +187,14 @@ static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem 
 
 int fcl_problem_windowed(const fcl_problem *p) { return p->wl < p->nk || p->wr < p->nq; }
 
+int fcl_problem_window_kind(const fcl_problem *p) {
+  return !fcl_problem_windowed(p) ? 0 : p->wl == p->nk && p->wr == 0 ? 1 : 2;
+}
+
 int fcl_problem_score_mods(const fcl_problem *p) { return p->softcap > 0.0f || p->alibi || p->mask; }
 
 void fcl_modifier_defines(const fcl_problem *p, char *out, size_t size) {
-  /* WINDOW (common.cl): 0 none, 1 causal only, 2 any window. */
-  const int window = !fcl_problem_windowed(p) ? 0 : p->wl == p->nk && p->wr == 0 ? 1 : 2;
+  const int window = fcl_problem_window_kind(p); /* WINDOW (common.cl) */
   snprintf(out, size, " -DWINDOW=%d%s%s%s%s", window, p->softcap > 0.0f ? " -DSOFTCAP=1" : "", p->alibi ? " -DALIBI=1" : "",
            !p->mask                              ? ""
            : p->mask_dtype == FCL_DTYPE_F32      ? " -DMASK=1"

@@ -515,6 +515,8 @@ int fcl_problem_sequences(const fcl_problem *p);
 
 /* 1 when some key is hidden from some row by the window (a causal mask included). */
 int fcl_problem_windowed(const fcl_problem *p);
+/* The window as common.cl's WINDOW takes it: 0 none, 1 causal only, 2 any other window. */
+int fcl_problem_window_kind(const fcl_problem *p);
 /* 1 when p's scores go through a modifier (softcap, ALiBi or a mask): the kernels' SCORE_MODS. */
 int fcl_problem_score_mods(const fcl_problem *p);
 /* The -D defines of p's window and modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS; common.cl), with a

@@ -174,11 +174,12 @@ int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, c
     /* A small grid's blocks of one 16-row tile a warp (fcl_plan_nvidia_forward) are compute-bound: as many
        chunks of at least four tiles as give each unit at most t->wave work-groups (on the H200, 8 heads of
        1024 rows at head_dim 128 in 2 chunks ran 18% faster than in 1, in 4 (a second wave) 15% slower than
-       in 2; docs/notes-nvidia.md, v28). */
+       in 2; docs/notes-nvidia.md, v28). That count stands in for the rules below, which such plans (dense
+       keys of one length) do not meet. */
     if (t->wave > 0) {
-      int s = (int)(t->wave * cus / groups);
-      if (s > FCL_MAX_SPLITS) s = FCL_MAX_SPLITS;
-      while (s > 1 && tiles < 4 * s) --s;
+      const double fill = floor(t->wave * cus / groups);
+      int s = fill > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : (int)fill;
+      while (s > 1 && tiles < 4LL * s) --s;
       return s > 1 ? s : 1;
     }
     /* Warps that own rows: a decode block's padding warp (fcl_plan_nvidia_forward) adds no rows to compute. */

@@ -110,8 +110,8 @@ static const forward_default_row forward_defaults[] = {
    head_dim 128. */
 static const nvidia_forward_shape forward_f32_defaults[] = {{8, 1, 32, 0, 2, 0}, {2, 1, 16, 1, 2, 0}};
 
-/* Grids of at most one default block a compute unit (fcl_plan_nvidia_forward), head_dim up to 64 and up to 128:
-   4 warps x 1 tile (64 rows), Q in registers, 128- and 64-key tiles. */
+/* Grids of few blocks (fcl_plan_nvidia_forward), head_dim up to 64 and up to 128: 4 warps x 1 tile (64 rows), Q
+   in registers, 128- and 64-key tiles. */
 static const nvidia_forward_shape small_grid_shapes[] = {{4, 1, 128, 0, 2, 0}, {4, 1, 64, 0, 2, 0}};
 
 /* Then smaller shapes for devices with less local memory, in this order (the first is head_dim 128's default
@@ -210,22 +210,26 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   const int64_t rule_rows = (int64_t)rule->warps * rule->tiles * 16;
   t.pack = p->group > 1 && p->nq < rule_rows;
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
-  /* A grid that leaves most compute units one of the rule's blocks (on the H200, 16 heads of 1024 query rows:
-     128 blocks of 128 rows on 132 units) gives each a single work-group of four warps, which waits out every
-     key tile's copies and barriers alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice
-     the work-groups; where they fit in one wave (three a unit by registers, fewer where shared memory holds
-     fewer), they ran 15-30% faster at 128 to 192 blocks, and 26-37% slower at 200 and 256, in two waves
-     (docs/notes-nvidia.md, v28). fcl_plan_splits then cuts the keys into chunks for two such work-groups a
-     unit (also where the rule's own shape is already this one: short causal rows); three ran 7% faster at
-     head_dim 128 but 24% slower in f16 at head_dim 64, where the cause was not found. */
+  /* A grid of few 128-row blocks (on the H200, 16 heads of 1024 query rows: 128 blocks on 132 units) leaves
+     most compute units a single work-group of four warps, which waits out every key tile's copies and barriers
+     alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice the work-groups; where those fit
+     in one wave, they ran 11-30% faster at 128 to 192 blocks, and 26-38% slower at 200 to 256, in two waves
+     (docs/notes-nvidia.md, v28). A unit holds three of them by registers (164-168 a work-item, measured for
+     problems without modifiers, sequences or windows other than causal, which this rule is kept to), fewer
+     where its shared memory holds fewer, and two are assumed where the compute capability is not in
+     fcl_nvidia_groups_per_unit's table. fcl_plan_splits then cuts the keys into chunks for two such work-groups
+     a unit (also where the rule's own shape is already this one: short causal rows); three ran 7% faster at
+     head_dim 128 but 24% slower in f16 at head_dim 64, where the cause was not found. At least 128 query rows:
+     fewer were not measured. */
   int wave = 0;
-  if (!f32 && !t.pack && p->d <= 128 && block_rows >= rule_rows && caps->compute_units > 0) {
+  if (!f32 && !t.pack && p->d <= 128 && p->nq >= 128 && block_rows >= rule_rows && caps->compute_units > 0 &&
+      !fcl_problem_score_mods(p) && !fcl_problem_sequences(p) && !p->sinks && fcl_problem_window_kind(p) <= 1) {
     const nvidia_forward_shape *small = &small_grid_shapes[p->d > 64];
     take_shape(caps, p, small, 0, &t);
     const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
-    const int resident = by_local > 0 && by_local < 3 ? by_local : 3;
-    const int64_t blocks = p->batch * p->heads * ((p->nq + t.br - 1) / t.br);
-    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && blocks <= resident * (int64_t)caps->compute_units) {
+    const int resident = by_local == 0 ? 2 : by_local < 3 ? by_local : 3;
+    const double blocks = (double)p->batch * (double)p->heads * (double)((p->nq + t.br - 1) / t.br);
+    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && blocks <= (double)resident * caps->compute_units) {
       first = *small;
       wave = 2;
     }

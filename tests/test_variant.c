@@ -315,48 +315,77 @@ static void planner_cases(void) {
           t.reason);
   }
 
-  /* Grids of at most 1.5 default blocks (128 rows at head_dim 64 and 128, 64 rows causal up to 2048 query rows at
-     128 and 4096 at 64) a unit: 4 warps x 1 tile (64 rows), 128-key tiles up to head_dim 64 and 64-key tiles up
-     to 128, with the keys in as many chunks as give each unit two work-groups; more blocks, head_dims
-     above 128, f32 and devices of unknown size keep the rule's shape. */
+  /* Grids of few 128-row blocks: 4 warps x 1 tile (64 rows), 128-key tiles up to head_dim 64 and 64-key tiles up
+     to 128, where the 64-row blocks fit one wave of three work-groups a unit (two on compute capability 8.6, whose
+     units' shared memory holds two, and on a capability the planner does not know), with the keys in as many
+     chunks as give each unit two of them; also short causal problems, whose own 64-row shape then splits so. Not
+     taken: grids beyond that wave, fewer than 128 query rows, score modifiers, sinks, windows other than causal,
+     per-sequence or paged keys, f32, head_dims above 128, devices of unknown size or too little local memory for
+     the shape. */
+  enum { PLAIN, SOFTCAP, SINKS, WINDOW, PER_SEQ, PAGED, CC86, CC_UNKNOWN, LOCAL24 };
   static const struct {
     int64_t b, h, hkv, nq, nk, d;
     fcl_dtype dtype;
-    int causal, units, br, bc, splits;
-  } grid[] = {{1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
-              {1, 16, 4, 1024, 4096, 128, FCL_DTYPE_BF16, 0, 132, 64, 64, 1},
-              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 1},
-              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_BF16, 0, 132, 64, 128, 1},
-              {1, 33, 33, 512, 512, 96, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
-              {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64, 1},
-              {1, 49, 49, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
-              {1, 50, 50, 512, 512, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
-              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 2},
-              {1, 4, 4, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 64, 128, 4},
-              {1, 8, 8, 1024, 128, 128, FCL_DTYPE_F16, 0, 132, 64, 64, 1},
-              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 1, 132, 64, 64, 2},
-              {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, 128, 32, 1},
-              {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, 128, 128, 1},
-              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, 128, 32, 1},
-              {1, 16, 16, 1024, 1024, 256, FCL_DTYPE_F16, 0, 132, 64, 32, 1},
-              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F32, 0, 132, 32, 16, 1}};
+    int causal, units, what, br, bc, splits, wave;
+  } grid[] = {{1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 1, 2},
+              {1, 16, 4, 1024, 4096, 128, FCL_DTYPE_BF16, 0, 132, PLAIN, 64, 64, 1, 2},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 128, 1, 2},
+              {1, 16, 16, 1024, 4096, 64, FCL_DTYPE_BF16, 0, 132, PLAIN, 64, 128, 1, 2},
+              {1, 33, 33, 512, 512, 96, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 1, 2},
+              {1, 4, 4, 4096, 4096, 128, FCL_DTYPE_F16, 1, 132, PLAIN, 64, 64, 1, 2},
+              {1, 49, 49, 512, 512, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 1, 2},
+              {1, 50, 50, 512, 512, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 128, 32, 1, 0},
+              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 2, 2},
+              {1, 8, 8, 1024, 4096, 128, FCL_DTYPE_F16, 1, 132, PLAIN, 64, 64, 2, 2},
+              {1, 8, 8, 1024, 1024, 128, FCL_DTYPE_F16, 1, 132, PLAIN, 64, 64, 2, 2},
+              {1, 4, 4, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 128, 4, 2},
+              {1, 8, 8, 1024, 128, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 1, 2},
+              {1, 1, 1, 128, 1 << 20, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 64, 128, 2},
+              {2, 16, 16, 1024, 4096, 128, FCL_DTYPE_F16, 0, 132, PLAIN, 128, 32, 1, 0},
+              {2, 16, 16, 1024, 4096, 64, FCL_DTYPE_F16, 0, 132, PLAIN, 128, 128, 1, 0},
+              {1, 32, 32, 64, 32768, 128, FCL_DTYPE_F16, 1, 132, PLAIN, 64, 64, 4, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, SOFTCAP, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, SINKS, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, WINDOW, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, PER_SEQ, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, PAGED, 128, 32, 1, 0},
+              {1, 33, 33, 512, 512, 128, FCL_DTYPE_F16, 0, 132, CC86, 64, 64, 1, 2},
+              {1, 34, 34, 512, 512, 128, FCL_DTYPE_F16, 0, 132, CC86, 128, 32, 1, 0},
+              {1, 34, 34, 512, 512, 128, FCL_DTYPE_F16, 0, 132, CC_UNKNOWN, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 132, LOCAL24, 64, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F16, 0, 0, PLAIN, 128, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 256, FCL_DTYPE_F16, 0, 132, PLAIN, 64, 32, 1, 0},
+              {1, 16, 16, 1024, 1024, 128, FCL_DTYPE_F32, 0, 132, PLAIN, 32, 16, 1, 0}};
+  static const char *const what_name[] = {"",           ", softcap", ", sinks",         ", window 256",
+                                          ", seqlens_k", ", paged",   ", cc 8.6",         ", cc 11.0",
+                                          ", 24 KiB"};
   for (size_t i = 0; i < sizeof grid / sizeof grid[0]; ++i) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.batch = grid[i].b, desc.num_heads = grid[i].h, desc.num_kv_heads = grid[i].hkv;
     desc.seqlen_q = grid[i].nq, desc.seqlen_k = grid[i].nk, desc.head_dim = grid[i].d, desc.dtype = grid[i].dtype;
     desc.causal = grid[i].causal;
+    if (grid[i].what == SOFTCAP) desc.softcap = 30.0f;
+    if (grid[i].what == WINDOW) desc.window = 1, desc.window_left = 256, desc.window_right = -1;
     fcl_device_caps dc = h200;
     dc.compute_units = grid[i].units;
+    if (grid[i].what == CC86) dc.nv_cc_major = 8, dc.nv_cc_minor = 6;
+    if (grid[i].what == CC_UNKNOWN) dc.nv_cc_major = 11, dc.nv_cc_minor = 0;
+    if (grid[i].what == LOCAL24) dc.local_mem_size = 24 << 10;
     fcl_problem sp;
-    r = fcl_resolve_problem(&desc, &sp) == FCL_SUCCESS ? fcl_plan_nvidia_forward(&dc, &no_overrides, &sp, 0, NULL, &t) : -1;
+    r = fcl_resolve_problem(&desc, &sp) == FCL_SUCCESS ? 0 : -1;
+    if (grid[i].what == SINKS) sp.sinks = (cl_mem)&desc; /* stand-ins: only tested against NULL by the planner */
+    if (grid[i].what == PER_SEQ) sp.seqlens_k = (cl_mem)&desc;
+    if (grid[i].what == PAGED) sp.block_table = (cl_mem)&desc;
+    if (r == 0) r = fcl_plan_nvidia_forward(&dc, &no_overrides, &sp, 0, NULL, &t);
+    const int splits = r == 0 ? fcl_plan_splits(&dc, &no_overrides, &sp, &t) : 0;
     check(r == 0 && !t.pack && t.br == grid[i].br && t.bc == grid[i].bc && t.local_bytes <= dc.local_mem_size &&
-              fcl_plan_splits(&dc, &no_overrides, &sp, &t) == grid[i].splits,
-          "planner: B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s on %d units: %d rows (want %d), %d-key tiles (want "
-          "%d), %d chunks (want %d): %s",
+              t.wave == grid[i].wave && (grid[i].what == PER_SEQ || grid[i].what == PAGED || splits == grid[i].splits),
+          "planner: B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s%s on %d units: %d rows (want %d), %d-key tiles "
+          "(want %d), wave %d (want %d), %d chunks (want %d): %s",
           (long long)grid[i].b, (long long)grid[i].h, (long long)grid[i].hkv, (long long)grid[i].nq,
           (long long)grid[i].nk, (long long)grid[i].d, dtype_name(grid[i].dtype), grid[i].causal ? " causal" : "",
-          grid[i].units, t.br, grid[i].br, t.bc, grid[i].bc, r == 0 ? fcl_plan_splits(&dc, &no_overrides, &sp, &t) : 0,
+          what_name[grid[i].what], grid[i].units, t.br, grid[i].br, t.bc, grid[i].bc, t.wave, grid[i].wave, splits,
           grid[i].splits, t.reason);
   }
 
