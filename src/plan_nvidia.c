@@ -290,7 +290,7 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
            t.copy_warps ? " (one of padding rows)" : "", t.rm, t.br,
            t.pack ? "(query row, head) rows packed per kv head" : "query rows", t.bc,
            t.stages, t.mbar_ring ? " on mbarriers" : "", t.qsmem ? "local memory" : "registers", qsplit, t.local_bytes,
-           took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
+           t.wave ? " (small grid)" : took_forced ? " (FLASHCL_FORWARD_MMA_SHAPE)" : "");
   *out = t;
   return 0;
 #undef DECLINE

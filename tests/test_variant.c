@@ -380,7 +380,8 @@ static void planner_cases(void) {
     if (r == 0) r = fcl_plan_nvidia_forward(&dc, &no_overrides, &sp, 0, NULL, &t);
     const int splits = r == 0 ? fcl_plan_splits(&dc, &no_overrides, &sp, &t) : 0;
     check(r == 0 && !t.pack && t.br == grid[i].br && t.bc == grid[i].bc && t.local_bytes <= dc.local_mem_size &&
-              t.wave == grid[i].wave && (grid[i].what == PER_SEQ || grid[i].what == PAGED || splits == grid[i].splits),
+              t.wave == grid[i].wave && (strstr(t.reason, "small grid") != NULL) == (grid[i].wave != 0) &&
+              (grid[i].what == PER_SEQ || grid[i].what == PAGED || splits == grid[i].splits),
           "planner: B=%lld H=%lld Hkv=%lld Nq=%lld Nk=%lld d=%lld %s%s%s on %d units: %d rows (want %d), %d-key tiles "
           "(want %d), wave %d (want %d), %d chunks (want %d): %s",
           (long long)grid[i].b, (long long)grid[i].h, (long long)grid[i].hkv, (long long)grid[i].nq,
