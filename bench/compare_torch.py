@@ -50,6 +50,7 @@ Usage (on the GPU machine, from the repository root after building into build/):
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -249,6 +250,18 @@ def parse_flashcl_lines(text):
 
 # ---------------------------------------------------------------------------------------------------
 # FLOPs and the table
+
+
+def flashcl_forward_ms(bench, device, b, h, nq, nk, d, env=None):
+    """Median ms of one f16 flashcl-bench forward row (B x H heads, nq query rows, nk keys, head_dim d, behind a
+    256 MB write; env: extra environment), NaN where it did not run."""
+    cmd = [bench, "--json", "--device", device, "--dtype", "f16", "--batch", str(b), "--heads", str(h),
+           "--head-dim", str(d), "--seqlen-q", str(nq), "--seqlen", str(nk), "--impl", "flash", "--iters", "30",
+           "--warmup", "5", "--flush", "256"]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True,
+                         env=dict(os.environ, **(env or {}))).stdout
+    rec = parse_flashcl_lines(out).get(("flash", nk))
+    return rec["median_ms"] if rec and rec["status"] == "ok" else float("nan")
 
 
 def flops(batch, heads, n, d, causal, backward):

@@ -222,13 +222,13 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
      head_dim 128 but 24% slower in f16 at head_dim 64, where the cause was not found. At least 128 query rows:
      fewer were not measured. */
   int wave = 0;
-  if (!f32 && !t.pack && p->d <= 128 && p->nq >= 128 && block_rows >= rule_rows && caps->compute_units > 0 &&
+  if (!f32 && !t.pack && p->d <= 128 && p->nq >= 128 && caps->compute_units > 0 &&
       !fcl_problem_score_mods(p) && !fcl_problem_sequences(p) && !p->sinks && fcl_problem_window_kind(p) <= 1) {
     const nvidia_forward_shape *small = &small_grid_shapes[p->d > 64];
     take_shape(caps, p, small, 0, &t);
     const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
     const int resident = by_local == 0 ? 2 : by_local < 3 ? by_local : 3;
-    const double blocks = (double)p->batch * (double)p->heads * (double)((p->nq + t.br - 1) / t.br);
+    const double blocks = (double)fcl_forward_row_blocks(p, &t) * (double)p->heads * (double)p->batch;
     if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && blocks <= (double)resident * caps->compute_units) {
       first = *small;
       wave = 2;

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -37,12 +36,7 @@ print("|---|---|---|---|")
 for b, h, nq in ((1, 1, 128), (1, 16, 1024), (4, 16, 1024)):
     blocks = b * h * nq // 128
     for label, env in (("empty kernel", {"FLASHCL_KERNEL_DIR": os.path.join(kdir, "cl")}), ("the forward", {})):
-        cmd = [bench, "--json", "--device", device, "--dtype", "f16", "--batch", str(b), "--heads", str(h),
-               "--head-dim", "128", "--seqlen-q", str(nq), "--seqlen", str(nq), "--impl", "flash", "--flush", "256",
-               "--iters", "30", "--warmup", "5"]
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True, env=dict(os.environ, **env)).stdout
-        rec = compare_torch.parse_flashcl_lines(out).get(("flash", nq))
-        us = rec["median_ms"] * 1e3 if rec and rec["status"] == "ok" else float("nan")
+        us = compare_torch.flashcl_forward_ms(bench, device, b, h, nq, nq, 128, env) * 1e3
         print("| flashcl, OpenCL events | %d work-groups | %s, %d x %d x %d rows | %.2f |" % (blocks, label, b, h, nq, us))
 shutil.rmtree(kdir)
 

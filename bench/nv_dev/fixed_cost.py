@@ -11,7 +11,6 @@
 #   [--events] [--keys 256,512,1024,2048,4096] [--grids 4x16,2x16,1x16] [--head-dim 128]
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -35,12 +34,7 @@ timer = compare_torch.torch_timer(compare_torch.parse_args([] if a.events else [
 
 
 def flashcl_ms(b, h, nq, nk, d):
-    cmd = [a.bench, "--json", "--device", a.device, "--dtype", "f16", "--batch", str(b), "--heads", str(h),
-           "--head-dim", str(d), "--seqlen-q", str(nq), "--seqlen", str(nk), "--impl", "flash", "--iters", "30",
-           "--warmup", "5", "--flush", "256"]
-    rec = compare_torch.parse_flashcl_lines(subprocess.run(cmd, stdout=subprocess.PIPE,
-                                                           universal_newlines=True).stdout).get(("flash", nk))
-    return rec["median_ms"] if rec and rec["status"] == "ok" else float("nan")
+    return compare_torch.flashcl_forward_ms(a.bench, a.device, b, h, nq, nk, d)
 
 
 def torch_ms(b, h, nq, nk, d):
