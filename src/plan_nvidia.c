@@ -212,15 +212,17 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
   const int64_t block_rows = p->nq * (t.pack ? p->group : 1);
   /* A grid of few 128-row blocks (on the H200, 16 heads of 1024 query rows: 128 blocks on 132 units) leaves
      most compute units a single work-group of four warps, which waits out every key tile's copies and barriers
-     alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice the work-groups; where those fit
-     in one wave, they ran 11-30% faster at 128 to 192 blocks, and 26-38% slower at 200 to 256, in two waves
-     (docs/notes-nvidia.md, v28). A unit holds three of them by registers (164-168 a work-item, measured for
-     problems without modifiers, sequences or windows other than causal, which this rule is kept to), fewer
-     where its shared memory holds fewer, and two are assumed where the compute capability is not in
-     fcl_nvidia_groups_per_unit's table. fcl_plan_splits then cuts the keys into chunks for two such work-groups
-     a unit (also where the rule's own shape is already this one: short causal rows); three ran 7% faster at
-     head_dim 128 but 24% slower in f16 at head_dim 64, where the cause was not found. At least 128 query rows:
-     fewer were not measured. */
+     alone. Blocks of one 16-row tile a warp, with longer key tiles, make twice the work-groups. They are taken
+     where they fit one wave (11-30% faster at 128 to 192 blocks; 26-38% slower at 200 to 256, in two waves),
+     and beyond it where they need no more waves than the rule's 128-row blocks, two a unit (7-14% faster at
+     320, 384 and 576 blocks, two or three waves either way; docs/notes-nvidia.md v28, v29). A unit holds three
+     of them by registers (164-168 a work-item, measured for problems without modifiers, sequences or windows
+     other than causal, which this rule is kept to), fewer where its shared memory holds fewer, and two are
+     assumed where the compute capability is not in fcl_nvidia_groups_per_unit's table. Within one wave
+     fcl_plan_splits then cuts the keys into chunks for two such work-groups a unit (also where the rule's own
+     shape is already this one: short causal rows); three ran 7% faster at head_dim 128 but 20-24% slower in f16
+     (not bf16) at head_dim 64, where the cause was not found. At least 128 query rows: fewer were not
+     measured. */
   int wave = 0;
   if (!f32 && !t.pack && p->d <= 128 && p->nq >= 128 && caps->compute_units > 0 &&
       !fcl_problem_score_mods(p) && !fcl_problem_sequences(p) && !p->sinks && fcl_problem_window_kind(p) <= 1) {
@@ -229,7 +231,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
     const int resident = by_local == 0 ? 2 : by_local < 3 ? by_local : 3;
     const double blocks = (double)fcl_forward_row_blocks(p, &t) * (double)p->heads * (double)p->batch;
-    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && blocks <= (double)resident * caps->compute_units) {
+    /* The rule's 128-row blocks take 255 registers: two a unit. */
+    const double units = caps->compute_units, waves = ceil(blocks / (resident * units));
+    const double rule_waves = ceil((double)p->batch * (double)p->heads * (double)((p->nq + rule_rows - 1) / rule_rows) /
+                                   (2 * units));
+    if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && (waves <= 1 || (rule->tiles > 1 && waves <= rule_waves))) {
       first = *small;
       wave = 2;
     }
