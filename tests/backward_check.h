@@ -32,8 +32,11 @@ typedef struct bwd_case {
    2026-12-03), so a bound on the terms there would be that much looser than the relative one. Measured against the terms (2026-12-03): the
    f32 tensor-core backward (3xTF32) on the H200 at most 7.7e-8 for dQ and dK over the f32 cases of
    test_backward (3.3e-8 where one key cancels dQ and dK to 0) and 3.7e-7 for dV; PoCL's float kernel at most
-   1.2e-7. */
-#define BWD_CANCELLED 1e-3
+   1.2e-7. The threshold was 1e-3 until a head_dim-1 f32 case (seed 602091909, 45 rows) gave a dV of 0.7% of its
+   terms' norm: 5.3e-8 of the terms (float rounding) is 7.5e-6 of the gradient, above the relative bound, on PoCL
+   and on the H200 alike. At 1e-2 a gradient that falls back on the terms has cancelled a hundredfold, where
+   float's own rounding is already near the relative bound. */
+#define BWD_CANCELLED 1e-2
 #define BWD_TOL_TERMS 5e-7
 
 double backward_tolerance(fcl_dtype t);
