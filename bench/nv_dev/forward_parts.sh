@@ -7,6 +7,10 @@
 #   noload     only the ring's first tiles loaded, then read for every key tile (no waits after them);
 #   noout      O's global write skipped (behind a test the compiler cannot decide; v26: 1.4 us of 1024 x 1024
 #              at head_dim 128, ROWS=bench/nv_dev/ab_rows_fixed.txt).
+#   notiles    no key tile at all: a work-group loads Q, writes O and ends (what each work-group pays once, with
+#              the launch; behind a test the compiler cannot decide, so registers and local memory, and with them
+#              the work-groups a unit holds, stay the kernel's; v29, for ROWS=bench/nv_dev/ab_rows_fixed.txt);
+#   onetile    the first key tile only: against notiles, one tile with its ring's start.
 # And for the tensor-core backward (its rows from bench/nv_dev/ab_rows_backward.txt unless ROWS is set):
 #   bwdnobar   the one work-group barrier a step of the dK/dV and dQ kernels' loops dropped (a race): what a
 #              ring on mbarriers could gain there at most.
@@ -27,6 +31,9 @@ for v in ${@:-nowait norelease noload}; do
                    -e 's|^#define RING_WAIT_TILE(n) MBAR_WAIT(\(.*\))$|#define RING_WAIT_TILE(n) if ((n) < STAGES) MBAR_WAIT(\1)|' "$dir/$k" ;;
     noout) sed -i 's|^    if (c < BR \* CH \&\& row < nrows \&\& cc \* EPC < D)$|    if (c < BR * CH \&\& row < nrows \&\& cc * EPC < D \&\& nk_max < 0) /* (noout) */|' \
              "$dir/$k" ;;
+    notiles|onetile) cap=0; [ $v = onetile ] && cap=1
+      sed -i "s|^  const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BC - 1) / BC : 0;\$|  const int ntiles = kv_end > kv_begin ? min((kv_end - kv_begin + BC - 1) / BC, nk_max < 0 ? 1 << 30 : $cap) : 0; /* ($v) */|" \
+        "$dir/$k" ;;
     bwdnobar) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       sed -i 's#^    barrier(CLK_LOCAL_MEM_FENCE); /\* \.\.\. and for all#    /* (nobar) ... and for all#' "$dir/$k" ;;
     *) echo "unknown variant $v"; exit 2 ;;
