@@ -230,11 +230,11 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
     take_shape(caps, p, small, 0, &t);
     const int by_local = fcl_nvidia_groups_per_unit(caps, t.local_bytes);
     const int resident = by_local == 0 ? 2 : by_local < 3 ? by_local : 3;
-    const double blocks = (double)fcl_forward_row_blocks(p, &t) * (double)p->heads * (double)p->batch;
+    const double heads = (double)p->heads * (double)p->batch, units = caps->compute_units;
+    const double blocks = (double)fcl_forward_row_blocks(p, &t) * heads;
+    const double rule_blocks = (double)((block_rows + rule_rows - 1) / rule_rows) * heads;
     /* The rule's 128-row blocks take 255 registers: two a unit. */
-    const double units = caps->compute_units, waves = ceil(blocks / (resident * units));
-    const double rule_waves = ceil((double)p->batch * (double)p->heads * (double)((p->nq + rule_rows - 1) / rule_rows) /
-                                   (2 * units));
+    const double waves = ceil(blocks / (resident * units)), rule_waves = ceil(rule_blocks / (2 * units));
     if (fits(caps, t.local_bytes, t.wg) && resident >= 2 && (waves <= 1 || (rule->tiles > 1 && waves <= rule_waves))) {
       first = *small;
       wave = 2;

@@ -652,14 +652,20 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   /* Q's fragments in registers, read once (4 KT floats a lane): S's A operand without an L1 read a k step; up to
      head_dim 64 dO's too (dP's A operand). At 128 dO's would spill 708 bytes (NVIDIA's compiler) and ran 0-5%
      slower; at 64 they took 3% off the f32 backward (docs/notes-nvidia.md v29). */
-#define O_REGS (DP <= 64)
-  float qf[KT][4], of[O_REGS ? KT : 1][4];
+  float qf[KT][4];
+#if DP <= 64
+  float of[KT][4];
+#else
+  float(*of)[4] = 0; /* dO's rows from L1 at each use */
+#endif
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       qf[kk][e] = AROWS_AT(qa, kk, e);
-      if (O_REGS) of[O_REGS ? kk : 0][e] = AROWS_AT(oa, kk, e);
+#if DP <= 64
+      of[kk][e] = AROWS_AT(oa, kk, e);
+#endif
     }
 #else
   /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
@@ -715,7 +721,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     /* dP = dO V^T, S = Q K^T. */
     float dp[NT][4], s[NT][4];
 #if DTYPE == 0
-    fcl_mma_abt_from(dp, oa, O_REGS ? of : 0, TILE_AT(v_n, boff));
+    fcl_mma_abt_from(dp, oa, of, TILE_AT(v_n, boff));
     fcl_mma_abt_from(s, qa, qf, TILE_AT(k_n, boff));
 #else
 #pragma unroll
