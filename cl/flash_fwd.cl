@@ -18,10 +18,48 @@
  * From common.cl: the modifiers (WINDOW, SOFTCAP, ALIBI, MASK, SINKS), the sequences (VARLEN_Q, KV,
  * SEQLENS_K: each work-group takes its sequence's lengths and rows), SPLIT (a chunk of the keys, partials
  * for the combine) and PACK (the tile's rows are (query row, head) pairs of one kv head's group).
+ * SUBGROUP (plan.c; TC a power of two above 1): a row's TC work-items combine their maxima and sums by
+ * butterfly shuffles where they are one aligned run of a sub-group, checked as the kernel starts; else, and
+ * without SUBGROUP, through local memory (Rmax, Rsum). 1: OpenCL's sub-group shuffles (cl_intel_subgroups, or
+ * cl_khr_subgroup_shuffle with sub-groups); 2: NVIDIA's warp shuffles through PTX (32 lanes, the work-group
+ * whole warps). SUBGROUP_REQUIRED (a test switch): a work-group that cannot take the shuffles writes NaN, so
+ * a test knows the shuffles ran.
  */
 #define WG (TR * TC)
 #ifndef DIRECT
 #define DIRECT 0
+#endif
+#ifndef SUBGROUP
+#define SUBGROUP 0
+#endif
+#ifndef SUBGROUP_REQUIRED
+#define SUBGROUP_REQUIRED 0
+#endif
+
+/* The shuffle the compiler offers for SUBGROUP (none: the local-memory reductions alone). */
+#if SUBGROUP == 1 && (TC & (TC - 1)) == 0 && defined(cl_intel_subgroups)
+#define ROW_SHUFFLES 1
+#define SG_SHUFFLE_XOR(x, m) intel_sub_group_shuffle_xor((x), (uint)(m))
+#define SG_SIZE() get_sub_group_size()
+#elif SUBGROUP == 1 && (TC & (TC - 1)) == 0 && defined(cl_khr_subgroup_shuffle) && \
+    (defined(cl_khr_subgroups) || defined(__opencl_c_subgroups))
+#ifdef cl_khr_subgroups
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+#endif
+#define ROW_SHUFFLES 1
+#define SG_SHUFFLE_XOR(x, m) sub_group_shuffle_xor((x), (uint)(m))
+#define SG_SIZE() get_sub_group_size()
+#elif SUBGROUP == 2 && (TC & (TC - 1)) == 0 && WG % 32 == 0
+#define ROW_SHUFFLES 1
+inline float fcl_warp_shuffle_xor(float x, int m) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\n" : "=f"(r) : "f"(x), "r"(m));
+  return r;
+}
+#define SG_SHUFFLE_XOR(x, m) fcl_warp_shuffle_xor((x), (m))
+#define SG_SIZE() 32u
+#else
+#define ROW_SHUFFLES 0
 #endif
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
 #define KS (BC + 1) /* row stride of the transposed K tile */
@@ -72,6 +110,25 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
   const int nrows = PACK ? nq * group : nq; /* tile rows: query rows, or (query row, head) pairs */
   if (q0 >= nrows) return;
   FCL_SEQ_BASES(seq, b, h, hk);
+
+#if ROW_SHUFFLES
+  /* Which work-items form sub-groups is the implementation's choice: the shuffles serve only where, in every
+     sub-group of the work-group, the partner at distance x < TC of each work-item is local id lid ^ x, that is
+     the same row's work-item tc ^ x. Local ids below 2^24 are exact as floats. */
+  __local int rows_in_subgroups;
+  if (lid == 0) rows_in_subgroups = 1;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int fits = SG_SIZE() % TC == 0;
+  for (int x = 1; x < TC; x <<= 1) fits &= SG_SHUFFLE_XOR((float)lid, x) == (float)(lid ^ x);
+  if (!fits) atomic_and(&rows_in_subgroups, 0);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const bool shuffles = rows_in_subgroups != 0; /* the same in every work-item: the shuffles below stay uniform */
+#else
+  const bool shuffles = false;
+#endif
+#if SUBGROUP_REQUIRED
+  if (!shuffles) seq.bad = true;
+#endif
 
   /* Q tile, pre-scaled so that S comes out in log2 units for exp2. */
   for (int i_ = lid; i_ < BR * DP; i_ += WG) {
@@ -169,6 +226,7 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     const bool whole = !fcl_tile_masked(&mods, first_i, last_i, k0, BC, nk);
     const bool score_mods = (SOFTCAP | ALIBI | MASK) != 0; /* a variable: `|| !whole` is then no constant test */
     const bool guard = (MASK != 0) | !whole;
+    float row_max[RM], row_sum[RM]; /* with shuffles: the row's maximum and sum over the tile */
     for (int i = 0; i < RM; ++i) {
       const int row = q0 + tr * RM + i;
       float tile_max = -INFINITY;
@@ -177,7 +235,13 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         if (score_mods || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
-      Rmax[(tr * RM + i) * TC + tc] = tile_max;
+#if ROW_SHUFFLES
+      if (shuffles) {
+        for (int x = 1; x < TC; x <<= 1) tile_max = fmax(tile_max, SG_SHUFFLE_XOR(tile_max, x));
+        row_max[i] = tile_max;
+      } else
+#endif
+        Rmax[(tr * RM + i) * TC + tc] = tile_max;
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* row maxima are complete; every S is computed, so K may go */
 
@@ -185,7 +249,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     for (int i = 0; i < RM; ++i) {
       const int r = tr * RM + i;
       float m_new = m[i];
-      for (int t = 0; t < TC; ++t) m_new = fmax(m_new, Rmax[r * TC + t]);
+      if (shuffles) m_new = fmax(m_new, row_max[i]);
+      else
+        for (int t = 0; t < TC; ++t) m_new = fmax(m_new, Rmax[r * TC + t]);
       /* A row that has seen no visible key yet keeps m = -inf; subtract 0 instead so no NaN appears. */
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       alpha[i] = exp2(m[i] - m_use);
@@ -196,7 +262,14 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         Ps[r * PS + tc + j * TC] = p;
         part += p;
       }
-      Rsum[r * TC + tc] = part;
+#if ROW_SHUFFLES
+      /* A butterfly: every work-item of the row ends with the same sum, the additions paired alike. */
+      if (shuffles) {
+        for (int x = 1; x < TC; x <<= 1) part += SG_SHUFFLE_XOR(part, x);
+        row_sum[i] = part;
+      } else
+#endif
+        Rsum[r * TC + tc] = part;
     }
 #if !DIRECT
     LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);
@@ -206,7 +279,9 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
     for (int i = 0; i < RM; ++i) {
       const int r = tr * RM + i;
       float sum = 0.0f;
-      for (int t = 0; t < TC; ++t) sum += Rsum[r * TC + t];
+      if (shuffles) sum = row_sum[i];
+      else
+        for (int t = 0; t < TC; ++t) sum += Rsum[r * TC + t];
       l[i] = l[i] * alpha[i] + sum;
       for (int n = 0; n < DN; ++n) acc[i][n] *= alpha[i];
     }

@@ -35,6 +35,11 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
     snprintf(out->reason + n, sizeof out->reason - n, "; keys split into %d chunks, merged by a combine kernel",
              out->splits);
   }
+  if (plan.subgroup) {
+    const size_t n = strlen(out->reason);
+    snprintf(out->reason + n, sizeof out->reason - n, "; row maxima and sums by %s shuffles",
+             plan.subgroup == FCL_SG_NVIDIA_WARP ? "warp" : "sub-group");
+  }
   return FCL_SUCCESS;
 }
 

@@ -7,6 +7,9 @@
 
 #include "cl_vendor.h"
 
+/* OpenCL 2.1's query, for the 1.2 headers this library builds against. */
+#define FCL_DEVICE_MAX_NUM_SUB_GROUPS 0x105C
+
 static int contains_ci(const char *haystack, const char *needle) {
   size_t n = strlen(needle);
   for (const char *h = haystack; *h; ++h) {
@@ -74,7 +77,15 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   ext[err == CL_SUCCESS ? ext_size : 0] = '\0';
   caps->has_fp16 = strstr(ext, "cl_khr_fp16") != NULL;
   caps->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
-  caps->has_subgroups = strstr(ext, "cl_khr_subgroups") != NULL || strstr(ext, "cl_intel_subgroups") != NULL;
+  /* The shuffles flash_fwd.cl takes: Intel's, or Khronos's where the device has sub-groups (the extension, or
+     OpenCL 3.0's optional feature, which CL_DEVICE_MAX_NUM_SUB_GROUPS reports). The kernel also checks the
+     compiler's extension macros, and reduces through local memory without them. */
+  cl_uint max_sub_groups = 0;
+  if (clGetDeviceInfo(device, FCL_DEVICE_MAX_NUM_SUB_GROUPS, sizeof max_sub_groups, &max_sub_groups, NULL) != CL_SUCCESS)
+    max_sub_groups = 0;
+  if (strstr(ext, "cl_intel_subgroups") ||
+      (strstr(ext, "cl_khr_subgroup_shuffle") && (strstr(ext, "cl_khr_subgroups") || max_sub_groups > 0)))
+    caps->sg_shuffle = FCL_SG_OPENCL;
   int nv_attrs = strstr(ext, "cl_nv_device_attribute_query") != NULL;
   int amd_attrs = strstr(ext, "cl_amd_device_attribute_query") != NULL;
   free(ext);
@@ -117,5 +128,13 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   } else if (caps->vendor == FCL_VENDOR_INTEL && caps->is_gpu) {
     caps->preferred_multiple = 16;
   }
+  /* FLASHCL_SUBGROUPS: "off" plans as if the device had no sub-group shuffles; "on" adds NVIDIA's warp shuffles
+     (not taken by default until measured); "required" is "on", and a kernel planned with shuffles that cannot
+     take them writes NaN, so tests know they ran. Anything else: the default. */
+  const char *sg = getenv("FLASHCL_SUBGROUPS");
+  if (sg && (!strcmp(sg, "on") || !strcmp(sg, "required")) && !caps->sg_shuffle && caps->nv_cc_major >= 7)
+    caps->sg_shuffle = FCL_SG_NVIDIA_WARP;
+  if (sg && !strcmp(sg, "required")) caps->sg_required = 1;
+  if (sg && !strcmp(sg, "off")) caps->sg_shuffle = FCL_SG_NONE;
   return FCL_SUCCESS;
 }

@@ -33,6 +33,9 @@ fcl_status fcl_cl_failure(const char *call_text, cl_int code);
 /* ---- device.c: what the library needs to know about a device ---- */
 
 enum { FCL_VENDOR_OTHER, FCL_VENDOR_NVIDIA, FCL_VENDOR_AMD, FCL_VENDOR_INTEL };
+/* Sub-group shuffles: none; OpenCL's (cl_intel_subgroups, or cl_khr_subgroup_shuffle with cl_khr_subgroups);
+   NVIDIA's warp shuffles through PTX. The values are flash_fwd.cl's SUBGROUP. */
+enum { FCL_SG_NONE, FCL_SG_OPENCL, FCL_SG_NVIDIA_WARP };
 
 typedef struct fcl_device_caps {
   char platform_name[128], platform_version[128];
@@ -46,7 +49,11 @@ typedef struct fcl_device_caps {
   size_t max_work_group_size;
   size_t max_work_item_size0;
   size_t preferred_multiple; /* preferred work-group size multiple (warp / wavefront / SIMD width) */
-  int has_fp16, has_fp64, has_subgroups;
+  int has_fp16, has_fp64;
+  /* FCL_SG_*: the sub-group shuffles kernels may use (the portable forward's row reductions). NVIDIA's warp
+     shuffles only under FLASHCL_SUBGROUPS=on until they are measured; FLASHCL_SUBGROUPS=off takes any away. */
+  int sg_shuffle;
+  int sg_required; /* FLASHCL_SUBGROUPS=required: kernels that plan shuffles and cannot take them write NaN */
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
   /* loop_budget.c: measured driver quirks (fcl_device_quirks in flashcl.h). loop_budget: iterations one
      work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
@@ -151,6 +158,8 @@ typedef struct fcl_tile_plan {
                        copies (batch-1 decode, plan_nvidia.c); fcl_plan_splits counts only the others */
   int wave;         /* nvidia_mma forward on a small grid (plan_nvidia.c): the work-groups a compute unit is to
                        run at once, for which fcl_plan_splits cuts the keys into chunks (0: not such a plan) */
+  int subgroup;     /* portable forward: FCL_SG_* shuffles for the row maxima and sums (SUBGROUP in flash_fwd.cl) */
+  int sg_required;  /* portable forward: SUBGROUP_REQUIRED (FLASHCL_SUBGROUPS=required, rows of tc > 1) */
   size_t local_bytes;
   char reason[256];
 } fcl_tile_plan;

@@ -50,6 +50,12 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   /* ds = 4 mod 8 puts eight consecutive rows' float4s in distinct banks. */
   out->ds = out->dp + (pad && out->dp % 8 == 0 ? 4 : 0);
   out->kt = kt >= 0 ? kt != 0 : caps->is_cpu; /* KT in flash_fwd.cl: by device type unless given */
+  /* A row's tc work-items combine maxima and sums by shuffles where the device has them (power-of-two runs;
+     NVIDIA's warp shuffles need whole warps). */
+  if (tc > 1 && (tc & (tc - 1)) == 0 &&
+      (caps->sg_shuffle == FCL_SG_OPENCL || (caps->sg_shuffle == FCL_SG_NVIDIA_WARP && out->wg % 32 == 0)))
+    out->subgroup = caps->sg_shuffle;
+  out->sg_required = caps->sg_required && tc > 1;
   out->local_bytes = fcl_forward_local_bytes(out);
   if (out->bc % 4 != 0 || (size_t)out->wg > fcl_work_group_limit(caps, kernel_max_wg) ||
       out->local_bytes > caps->local_mem_size)

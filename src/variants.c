@@ -22,9 +22,11 @@ static void portable_forward_defines(const fcl_problem *p, const fcl_tile_plan *
                                      char *out, size_t size) {
   (void)which;
   snprintf(out, size,
-           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d%s%s%s%s",
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt,
-           t->direct ? " -DDIRECT=1" : "", mods, t->pack ? " -DPACK=1" : "", t->splits > 1 ? " -DSPLIT=1" : "");
+           "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d -DRM=%d -DRN=%d -DDN=%d -DKT=%d -DSUBGROUP=%d"
+           "%s%s%s%s%s",
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->br, t->bc, t->tr, t->tc, t->rm, t->rn, t->dn, t->kt, t->subgroup,
+           t->direct ? " -DDIRECT=1" : "", mods, t->pack ? " -DPACK=1" : "", t->splits > 1 ? " -DSPLIT=1" : "",
+           t->sg_required ? " -DSUBGROUP_REQUIRED=1" : "");
 }
 
 static void nvidia_forward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,

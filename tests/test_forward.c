@@ -160,9 +160,16 @@ static int forced_shape_unavailable(test_env *env, const fwd_case *c, const char
   describe_case(c, what, sizeof what);
   const fcl_status st = fcl_describe_plan(env->fcl, FCL_OP_FORWARD, &desc, &info);
   if (st != FCL_SUCCESS) return 0; /* the run itself reports it */
+  /* FLASHCL_SUBGROUPS=required (the sub-group groups): the shuffles must be planned too (src/describe.c's words). */
+  const char *sg = getenv("FLASHCL_SUBGROUPS");
+  const int shuffles_wanted = sg && strcmp(sg, "required") == 0 && tc > 1;
   if (strcmp(info.kernel, "portable") == 0 && info.block_q == tr * rm && info.block_k == tc * rn &&
-      info.work_group_size == tr * tc)
-    return 0;
+      info.work_group_size == tr * tc) {
+    if (!shuffles_wanted || strstr(info.reason, " shuffles")) return 0;
+    skip("%s %s: FLASHCL_SUBGROUPS=required, and this device offers no sub-group shuffles for FLASHCL_FORWARD_SHAPE=%s",
+         label, what, shape);
+    return 1;
+  }
   skip("%s %s: FLASHCL_FORWARD_SHAPE=%s does not run on this device for this case; the %s kernel would run "
        "%dx%d tiles on %d work-items instead (%s)",
        label, what, shape, info.kernel, info.block_q, info.block_k, info.work_group_size, info.reason);

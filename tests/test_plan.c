@@ -95,6 +95,23 @@ int main(void) {
        !strstr(p.reason, "FLASHCL_FORWARD_SHAPE");
   check(ok, "FLASHCL_FORWARD_SHAPE=65536,65536,65536,65536 falls back to the default plan: %dx%d work-items, %s",
         p.tr, p.tc, p.reason);
+  /* Sub-group shuffles for the row reductions: rows of a power of two above 1 work-items, where the device has
+     shuffles; NVIDIA's warp shuffles only for work-groups of whole warps; rows of one work-item reduce nothing. */
+  {
+    fcl_device_caps sg = caps;
+    static const struct {
+      int shuffle, tr, tc, want;
+    } sgs[] = {{FCL_SG_OPENCL, 8, 16, FCL_SG_OPENCL},       {FCL_SG_OPENCL, 2, 1, FCL_SG_NONE},
+               {FCL_SG_OPENCL, 8, 12, FCL_SG_NONE},         {FCL_SG_OPENCL, 4, 4, FCL_SG_OPENCL},
+               {FCL_SG_NVIDIA_WARP, 8, 16, FCL_SG_NVIDIA_WARP}, {FCL_SG_NVIDIA_WARP, 4, 4, FCL_SG_NONE},
+               {FCL_SG_NONE, 8, 16, FCL_SG_NONE}};
+    for (size_t i = 0; i < sizeof sgs / sizeof sgs[0]; ++i) {
+      sg.sg_shuffle = sgs[i].shuffle;
+      ok = fcl_plan_forward_shape(&sg, 64, 0, sgs[i].tr, sgs[i].tc, 2, 4, 1, 0, &p) == 0 && p.subgroup == sgs[i].want;
+      check(ok, "shuffles %d, %dx%d work-items: planned %d, want %d", sgs[i].shuffle, sgs[i].tr, sgs[i].tc, p.subgroup,
+            sgs[i].want);
+    }
+  }
   check(fcl_plan_forward_shape(&caps, 64, 0, 65536, 65536, 65536, 65536, 1, 0, &p) != 0 &&
             fcl_plan_forward_shape(&caps, 64, 0, 1, 1, 1 << 30, 8, 1, 0, &p) != 0,
         "shapes whose products overflow an int do not fit");
