@@ -83,8 +83,8 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   cl_uint max_sub_groups = 0;
   if (clGetDeviceInfo(device, FCL_DEVICE_MAX_NUM_SUB_GROUPS, sizeof max_sub_groups, &max_sub_groups, NULL) != CL_SUCCESS)
     max_sub_groups = 0;
-  if (strstr(ext, "cl_intel_subgroups") ||
-      (strstr(ext, "cl_khr_subgroup_shuffle") && (strstr(ext, "cl_khr_subgroups") || max_sub_groups > 0)))
+  caps->has_subgroups = strstr(ext, "cl_khr_subgroups") || strstr(ext, "cl_intel_subgroups") || max_sub_groups > 0;
+  if (strstr(ext, "cl_intel_subgroups") || (strstr(ext, "cl_khr_subgroup_shuffle") && caps->has_subgroups))
     caps->sg_shuffle = FCL_SG_OPENCL;
   int nv_attrs = strstr(ext, "cl_nv_device_attribute_query") != NULL;
   int amd_attrs = strstr(ext, "cl_amd_device_attribute_query") != NULL;

@@ -77,6 +77,16 @@ typedef struct portable_shape {
    cache. The smaller shapes serve devices with less local memory or a loop budget. */
 static const portable_shape cpu_shapes[] = {{2, 1, 64, 64}, {4, 4, 16, 16}, {4, 4, 8, 8}};
 
+/* CPUs whose OpenCL reports sub-groups (Intel's CPU runtime) run a sub-group's work-items as the lanes of SIMD
+   vectors, and so want what GPUs want instead: a row of tc work-items, tc the smallest power of two that leaves
+   each at most 8 output columns, 16 rows of them, each 3 query rows x 4 keys, K transposed. On Intel's CPU
+   runtime 2026.2 that ran 1.1-2.9x faster than the shapes above at head_dim 32 to 256 (docs/notes-portable.md,
+   v14). */
+#define CPU_SUBGROUP_ROWS 16
+#define CPU_SUBGROUP_RM 3
+#define CPU_SUBGROUP_RN 4
+#define CPU_SUBGROUP_COLUMNS 8
+
 /* Every other device (and a CPU where neither fits): a search from the largest tiles down, tc from the row of
    this table that applies to head_dim (the first with head_dim <= max_head_dim) down to 1. tc sets each
    work-item's O slice at about 8 columns (dn) for head_dim 64 and 128, the fastest of the shapes measured on
@@ -107,6 +117,17 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
   if (fs[0] && fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, fs[0], fs[1], fs[2], fs[3], 1, fs[4], out) == 0) {
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
     return 0;
+  }
+  if (caps->is_cpu && caps->has_subgroups && !caps->loop_budget) {
+    int tc = 1;
+    while (tc * CPU_SUBGROUP_COLUMNS < head_dim) tc *= 2;
+    if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, CPU_SUBGROUP_ROWS, tc, CPU_SUBGROUP_RM, CPU_SUBGROUP_RN, 1,
+                               1, out) == 0) {
+      snprintf(out->reason, sizeof out->reason,
+               "CPU with sub-groups: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed",
+               out->tr, out->tc, out->rm, out->rn, out->dn);
+      return 0;
+    }
   }
   if (caps->is_cpu)
     for (size_t i = 0; i < sizeof cpu_shapes / sizeof cpu_shapes[0]; ++i) {

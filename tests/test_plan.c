@@ -41,12 +41,13 @@ int main(void) {
       int whole_warps = 1;
       int planned = 0, fits = 1, bad_d = 0;
       for (int d = 1; d <= FCL_MAX_HEAD_DIM; ++d)
-        for (int t = 0; t < 3; ++t) {
-          /* GPUs and CPUs get different K tile layouts: check both. */
-          caps.is_gpu = t != 1;
-          caps.is_cpu = t == 1;
+        for (int t = 0; t < 4; ++t) {
+          /* GPUs and CPUs get different K tile layouts, and CPUs with sub-groups other shapes: check all. */
+          caps.is_gpu = t == 0 || t == 2;
+          caps.is_cpu = t == 1 || t == 3;
+          caps.has_subgroups = t == 3;
           fcl_tile_plan p;
-          if (plan(&caps, d, dtypes[t], 0, &p) != 0) {
+          if (plan(&caps, d, dtypes[t % 3], 0, &p) != 0) {
             fits = 0;
             bad_d = d;
             continue;
@@ -59,13 +60,38 @@ int main(void) {
             bad_d = d;
           }
         }
-      check(fits && planned == 3 * FCL_MAX_HEAD_DIM,
+      check(fits && planned == 4 * FCL_MAX_HEAD_DIM,
             "%llu B local, %zu work-items: %d plans (GPU and CPU layouts), all fit and are consistent%s", (unsigned long long)locals[li],
             wgs[wi], planned, fits ? "" : " (first bad head_dim below)");
       if (!fits) printf("     head_dim %d\n", bad_d);
       check(whole_warps, "%llu B local, %zu work-items: GPU work-groups are whole warps of 32",
             (unsigned long long)locals[li], wgs[wi]);
     }
+
+  /* CPUs: two work-items of 64 x 64; with sub-groups, 16 rows of the fewest work-items (a power of two) that leave
+     each at most 8 output columns, each 3 rows x 4 keys, K transposed. */
+  {
+    fcl_device_caps cpu;
+    memset(&cpu, 0, sizeof cpu);
+    cpu.is_cpu = 1;
+    cpu.local_mem_size = 256 << 10;
+    cpu.max_work_group_size = cpu.max_work_item_size0 = 8192;
+    cpu.preferred_multiple = 8;
+    static const struct {
+      int subgroups, d, tr, tc, rm, rn;
+    } cpus[] = {{0, 64, 2, 1, 64, 64},  {1, 5, 16, 1, 3, 4},   {1, 32, 16, 4, 3, 4},
+                {1, 64, 16, 8, 3, 4},   {1, 80, 16, 16, 3, 4}, {1, 128, 16, 16, 3, 4},
+                {1, 129, 16, 32, 3, 4}, {1, 256, 16, 32, 3, 4}};
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; ++i) {
+      cpu.has_subgroups = cpus[i].subgroups;
+      fcl_tile_plan c;
+      const int ok_cpu = plan(&cpu, cpus[i].d, FCL_DTYPE_F32, 0, &c) == 0 && consistent(&c, &cpu) &&
+                         c.tr == cpus[i].tr && c.tc == cpus[i].tc && c.rm == cpus[i].rm && c.rn == cpus[i].rn && c.kt;
+      check(ok_cpu, "CPU%s, head_dim %d: %dx%d work-items of %d x %d, want %dx%d of %d x %d (%s)",
+            cpus[i].subgroups ? " with sub-groups" : "", cpus[i].d, c.tr, c.tc, c.rm, c.rn, cpus[i].tr, cpus[i].tc,
+            cpus[i].rm, cpus[i].rn, c.reason);
+    }
+  }
 
   /* The kernel's own work-group limit is honoured. */
   fcl_device_caps caps;
