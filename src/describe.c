@@ -37,7 +37,7 @@ fcl_status fcl_describe_plan(fcl_context *ctx, fcl_operation op, const fcl_atten
   }
   if (plan.subgroup) {
     const size_t n = strlen(out->reason);
-    snprintf(out->reason + n, sizeof out->reason - n, "; row maxima and sums by %s shuffles",
+    snprintf(out->reason + n, sizeof out->reason - n, "; row maxima and sums by %s shuffles where the layout allows",
              plan.subgroup == FCL_SG_NVIDIA_WARP ? "warp" : "sub-group");
   }
   return FCL_SUCCESS;

@@ -20,6 +20,14 @@ static int contains_ci(const char *haystack, const char *needle) {
   return 0;
 }
 
+/* 1 when the space-separated list names ext whole (cl_khr_subgroup_shuffle is not cl_khr_subgroup_shuffle_relative). */
+static int has_extension(const char *list, const char *ext) {
+  const size_t n = strlen(ext);
+  for (const char *p = list; (p = strstr(p, ext)) != NULL; p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ')) return 1;
+  return 0;
+}
+
 static fcl_status device_string(cl_device_id device, cl_device_info what, char *out, size_t size) {
   out[0] = '\0';
   FCL_CL_CHECK(clGetDeviceInfo(device, what, size, out, NULL));
@@ -75,19 +83,20 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   if (!ext) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory probing the device");
   cl_int err = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, ext_size, ext, NULL);
   ext[err == CL_SUCCESS ? ext_size : 0] = '\0';
-  caps->has_fp16 = strstr(ext, "cl_khr_fp16") != NULL;
-  caps->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+  caps->has_fp16 = has_extension(ext, "cl_khr_fp16");
+  caps->has_fp64 = has_extension(ext, "cl_khr_fp64");
   /* The shuffles flash_fwd.cl takes: Intel's, or Khronos's where the device has sub-groups (the extension, or
      OpenCL 3.0's optional feature, which CL_DEVICE_MAX_NUM_SUB_GROUPS reports). The kernel also checks the
      compiler's extension macros, and reduces through local memory without them. */
   cl_uint max_sub_groups = 0;
   if (clGetDeviceInfo(device, FCL_DEVICE_MAX_NUM_SUB_GROUPS, sizeof max_sub_groups, &max_sub_groups, NULL) != CL_SUCCESS)
     max_sub_groups = 0;
-  caps->has_subgroups = strstr(ext, "cl_khr_subgroups") || strstr(ext, "cl_intel_subgroups") || max_sub_groups > 0;
-  if (strstr(ext, "cl_intel_subgroups") || (strstr(ext, "cl_khr_subgroup_shuffle") && caps->has_subgroups))
+  const int subgroups =
+      has_extension(ext, "cl_khr_subgroups") || has_extension(ext, "cl_intel_subgroups") || max_sub_groups > 0;
+  if (has_extension(ext, "cl_intel_subgroups") || (has_extension(ext, "cl_khr_subgroup_shuffle") && subgroups))
     caps->sg_shuffle = FCL_SG_OPENCL;
-  int nv_attrs = strstr(ext, "cl_nv_device_attribute_query") != NULL;
-  int amd_attrs = strstr(ext, "cl_amd_device_attribute_query") != NULL;
+  int nv_attrs = has_extension(ext, "cl_nv_device_attribute_query");
+  int amd_attrs = has_extension(ext, "cl_amd_device_attribute_query");
   free(ext);
   if (err != CL_SUCCESS) return fcl_cl_failure("clGetDeviceInfo(CL_DEVICE_EXTENSIONS)", err);
 
@@ -99,6 +108,11 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
     caps->vendor = FCL_VENDOR_INTEL;
   else
     caps->vendor = FCL_VENDOR_OTHER;
+  /* Intel's CPU runtime runs a sub-group's work-items as the lanes of SIMD vectors, which the planners' shapes for
+     it are made for. PoCL's CPU devices may report sub-groups too, but emulate each shuffle through local memory
+     and a work-group barrier, slower than the kernel's own local-memory reductions: other CPUs take neither. */
+  caps->cpu_simd_subgroups = caps->is_cpu && subgroups && contains_ci(caps->platform_name, "intel");
+  if (caps->is_cpu && !caps->cpu_simd_subgroups) caps->sg_shuffle = FCL_SG_NONE;
 
   /* Development switches that emulate a smaller device, so they adjust the capabilities themselves: plan as if
      the device had less local memory or smaller work-groups, to exercise small-device tilings on any machine.
@@ -128,7 +142,7 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
   } else if (caps->vendor == FCL_VENDOR_INTEL && caps->is_gpu) {
     caps->preferred_multiple = 16;
   }
-  /* FLASHCL_SUBGROUPS: "off" plans as if the device had no sub-group shuffles; "on" adds NVIDIA's warp shuffles
+  /* FLASHCL_SUBGROUPS: "off" plans the row reductions without sub-group shuffles (the shapes stay); "on" adds NVIDIA's warp shuffles
      (not taken by default until measured); "required" is "on", and a kernel planned with shuffles that cannot
      take them writes NaN, so tests know they ran. Anything else: the default. */
   const char *sg = getenv("FLASHCL_SUBGROUPS");

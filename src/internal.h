@@ -50,7 +50,9 @@ typedef struct fcl_device_caps {
   size_t max_work_item_size0;
   size_t preferred_multiple; /* preferred work-group size multiple (warp / wavefront / SIMD width) */
   int has_fp16, has_fp64;
-  int has_subgroups; /* the device reports sub-groups (cl_khr_subgroups, cl_intel_subgroups, OpenCL 3.0's feature) */
+  /* A CPU whose OpenCL runs a sub-group's work-items as SIMD lanes (Intel's CPU runtime): the planners give it
+     GPU-like rows of work-items instead of other CPUs' few large ones. */
+  int cpu_simd_subgroups;
   /* FCL_SG_*: the sub-group shuffles kernels may use (the portable forward's row reductions). NVIDIA's warp
      shuffles only under FLASHCL_SUBGROUPS=on until they are measured; FLASHCL_SUBGROUPS=off takes any away. */
   int sg_shuffle;

@@ -55,7 +55,7 @@ int fcl_plan_forward_shape(const fcl_device_caps *caps, int head_dim, size_t ker
   if (tc > 1 && (tc & (tc - 1)) == 0 &&
       (caps->sg_shuffle == FCL_SG_OPENCL || (caps->sg_shuffle == FCL_SG_NVIDIA_WARP && out->wg % 32 == 0)))
     out->subgroup = caps->sg_shuffle;
-  out->sg_required = caps->sg_required && tc > 1;
+  out->sg_required = caps->sg_required && out->subgroup;
   out->local_bytes = fcl_forward_local_bytes(out);
   if (out->bc % 4 != 0 || (size_t)out->wg > fcl_work_group_limit(caps, kernel_max_wg) ||
       out->local_bytes > caps->local_mem_size)
@@ -77,8 +77,8 @@ typedef struct portable_shape {
    cache. The smaller shapes serve devices with less local memory or a loop budget. */
 static const portable_shape cpu_shapes[] = {{2, 1, 64, 64}, {4, 4, 16, 16}, {4, 4, 8, 8}};
 
-/* CPUs whose OpenCL reports sub-groups (Intel's CPU runtime) run a sub-group's work-items as the lanes of SIMD
-   vectors, and so want what GPUs want instead: a row of tc work-items, tc the smallest power of two that leaves
+/* CPUs whose OpenCL runs a sub-group's work-items as the lanes of SIMD vectors (Intel's CPU runtime) want what GPUs
+   want instead: a row of tc work-items, tc the smallest power of two that leaves
    each at most 8 output columns, 16 rows of them, each 3 query rows x 4 keys, K transposed. On Intel's CPU
    runtime 2026.2 that ran 1.1-2.9x faster than the shapes above at head_dim 32 to 256 (docs/notes-portable.md,
    v14). */
@@ -118,7 +118,7 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
     snprintf(out->reason, sizeof out->reason, "shape from FLASHCL_FORWARD_SHAPE");
     return 0;
   }
-  if (caps->is_cpu && caps->has_subgroups && !caps->loop_budget) {
+  if (caps->cpu_simd_subgroups && !caps->loop_budget) {
     int tc = 1;
     while (tc * CPU_SUBGROUP_COLUMNS < head_dim) tc *= 2;
     if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, CPU_SUBGROUP_ROWS, tc, CPU_SUBGROUP_RM, CPU_SUBGROUP_RN, 1,

@@ -42,6 +42,13 @@ static const fcl_tc_row first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}}
    tiles run, so those devices keep the search. */
 static const int cpu_shape[4] = {2, 1, 32, 16};
 
+/* CPUs that run a sub-group's work-items as SIMD lanes (Intel's CPU runtime; src/plan.c): up to head_dim 128, 16 x tc work-items of 2 x 2 rows, tc the smallest power of two that leaves each
+   at most 6 head_dim columns. On Intel's CPU runtime 2026.2 that ran 1.2-1.4x faster than the CPU shape above at
+   head_dim 8 to 128, and slower at 256 (docs/notes-portable.md, v15). */
+#define CPU_SUBGROUP_MAX_HEAD_DIM 128
+#define CPU_SUBGROUP_COLUMNS 6
+static const int cpu_subgroup_shape[4] = {16, 0, 2, 2}; /* tc (0) from head_dim */
+
 /* Kernel `which`'s plan (FCL_BWD_*) at one shape: tr x tc work-items, each rm owned rows x rn streamed rows, the
    local row stride padded when pad is set and room allows. 0 and *out filled when the shape is consistent and fits
    max_wg work-items, local memory and (with budget set) the register budget; else -1 and *out untouched. */
@@ -110,6 +117,12 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
   if (forced && forced[0] &&
       given_shape(caps, which, head_dim, max_wg, forced, "", " (FLASHCL_PORTABLE_BACKWARD_SHAPE)", out) == 0)
     return 0;
+  if (caps->cpu_simd_subgroups && !caps->loop_budget && head_dim <= CPU_SUBGROUP_MAX_HEAD_DIM) {
+    int shape[4];
+    memcpy(shape, cpu_subgroup_shape, sizeof shape);
+    for (shape[1] = 1; shape[1] * CPU_SUBGROUP_COLUMNS < head_dim;) shape[1] *= 2;
+    if (given_shape(caps, which, head_dim, max_wg, shape, "CPU with sub-groups: ", "", out) == 0) return 0;
+  }
   if (caps->is_cpu && !caps->loop_budget &&
       given_shape(caps, which, head_dim, max_wg, cpu_shape, "CPU shape: ", "", out) == 0)
     return 0;

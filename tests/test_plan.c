@@ -45,7 +45,7 @@ int main(void) {
           /* GPUs and CPUs get different K tile layouts, and CPUs with sub-groups other shapes: check all. */
           caps.is_gpu = t == 0 || t == 2;
           caps.is_cpu = t == 1 || t == 3;
-          caps.has_subgroups = t == 3;
+          caps.cpu_simd_subgroups = t == 3;
           fcl_tile_plan p;
           if (plan(&caps, d, dtypes[t % 3], 0, &p) != 0) {
             fits = 0;
@@ -83,7 +83,7 @@ int main(void) {
                 {1, 64, 16, 8, 3, 4},   {1, 80, 16, 16, 3, 4}, {1, 128, 16, 16, 3, 4},
                 {1, 129, 16, 32, 3, 4}, {1, 256, 16, 32, 3, 4}};
     for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; ++i) {
-      cpu.has_subgroups = cpus[i].subgroups;
+      cpu.cpu_simd_subgroups = cpus[i].subgroups;
       fcl_tile_plan c;
       const int ok_cpu = plan(&cpu, cpus[i].d, FCL_DTYPE_F32, 0, &c) == 0 && consistent(&c, &cpu) &&
                          c.tr == cpus[i].tr && c.tc == cpus[i].tc && c.rm == cpus[i].rm && c.rn == cpus[i].rn && c.kt;

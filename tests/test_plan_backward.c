@@ -107,6 +107,24 @@ int main(void) {
       check(ok, "%s: CPU, head_dim %d: %dx%d work-items of %d x %d rows, %zu B: %s", names[which], cpu_dims[i], p.tr,
             p.tc, p.rm, p.rn, p.local_bytes, p.reason);
     }
+  /* A CPU that reports sub-groups: up to head_dim 128, 16 x tc work-items of 2 x 2 rows, tc the smallest power of two
+     leaving at most 6 head_dim columns (tc 1 would stream rows in pairs, not fours: the CPU shape); above 128 the
+     CPU shape. */
+  fcl_device_caps cpu_sg = cpu;
+  cpu_sg.cpu_simd_subgroups = 1;
+  static const struct {
+    int d, tc; /* tc 0: the CPU shape */
+  } sg_dims[] = {{1, 0}, {8, 2}, {32, 8}, {64, 16}, {96, 16}, {97, 32}, {128, 32}, {129, 0}, {256, 0}};
+  for (size_t i = 0; i < sizeof sg_dims / sizeof sg_dims[0]; ++i)
+    for (int which = 0; which < 2; ++which) {
+      const int want = sg_dims[i].tc;
+      const int ok = plan(&cpu_sg, which, sg_dims[i].d, FCL_DTYPE_F32, 0, &p) == 0 && consistent(&p, which, &cpu_sg) &&
+                     (want ? p.tr == 16 && p.tc == want && p.rm == 2 && p.rn == 2 && p.dn <= 6 &&
+                                 strstr(p.reason, "CPU with sub-groups")
+                           : p.tr == 2 && p.tc == 1 && strstr(p.reason, "CPU shape"));
+      check(ok, "%s: CPU with sub-groups, head_dim %d: %dx%d work-items of %d x %d rows, %d columns: %s", names[which],
+            sg_dims[i].d, p.tr, p.tc, p.rm, p.rn, p.dn, p.reason);
+    }
   fcl_device_caps budgeted = cpu;
   budgeted.loop_budget = 65535;
   fcl_device_caps cpu_small = cpu;
