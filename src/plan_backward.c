@@ -42,10 +42,11 @@ static const fcl_tc_row first_tcs[] = {{15, 4}, {63, 8}, {FCL_MAX_HEAD_DIM, 16}}
    tiles run, so those devices keep the search. */
 static const int cpu_shape[4] = {2, 1, 32, 16};
 
-/* CPUs that run a sub-group's work-items as SIMD lanes (Intel's CPU runtime; src/plan.c): up to head_dim 128, 16 x tc work-items of 2 x 2 rows, tc the smallest power of two that leaves each
-   at most 6 head_dim columns. On Intel's CPU runtime 2026.2 that ran 1.2-1.4x faster than the CPU shape above at
-   head_dim 8 to 128, and slower at 256 (docs/notes-portable.md, v15). */
-#define CPU_SUBGROUP_MAX_HEAD_DIM 128
+/* CPUs that run a sub-group's work-items as SIMD lanes (Intel's CPU runtime; src/plan.c): up to head_dim 192,
+   16 x tc work-items of 2 x 2 rows, tc the smallest power of two that leaves each at most 6 head_dim columns. On
+   Intel's CPU runtime 2026.2 that ran 1.1-1.4x faster than the CPU shape above at head_dim 8 to 192, and slower at
+   256 with 8 columns (docs/notes-portable.md, v15). */
+#define CPU_SUBGROUP_MAX_HEAD_DIM 192 /* 32 work-items a row */
 #define CPU_SUBGROUP_COLUMNS 6
 static const int cpu_subgroup_shape[4] = {16, 0, 2, 2}; /* tc (0) from head_dim */
 

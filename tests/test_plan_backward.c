@@ -107,14 +107,14 @@ int main(void) {
       check(ok, "%s: CPU, head_dim %d: %dx%d work-items of %d x %d rows, %zu B: %s", names[which], cpu_dims[i], p.tr,
             p.tc, p.rm, p.rn, p.local_bytes, p.reason);
     }
-  /* A CPU that reports sub-groups: up to head_dim 128, 16 x tc work-items of 2 x 2 rows, tc the smallest power of two
-     leaving at most 6 head_dim columns (tc 1 would stream rows in pairs, not fours: the CPU shape); above 128 the
+  /* A CPU that runs sub-groups as SIMD lanes: up to head_dim 192, 16 x tc work-items of 2 x 2 rows, tc the smallest power of two
+     leaving at most 6 head_dim columns (tc 1 would stream rows in pairs, not fours: the CPU shape); above 192 the
      CPU shape. */
   fcl_device_caps cpu_sg = cpu;
   cpu_sg.cpu_simd_subgroups = 1;
   static const struct {
     int d, tc; /* tc 0: the CPU shape */
-  } sg_dims[] = {{1, 0}, {8, 2}, {32, 8}, {64, 16}, {96, 16}, {97, 32}, {128, 32}, {129, 0}, {256, 0}};
+  } sg_dims[] = {{1, 0}, {8, 2}, {32, 8}, {64, 16}, {96, 16}, {97, 32}, {128, 32}, {192, 32}, {193, 0}, {256, 0}};
   for (size_t i = 0; i < sizeof sg_dims / sizeof sg_dims[0]; ++i)
     for (int which = 0; which < 2; ++which) {
       const int want = sg_dims[i].tc;
