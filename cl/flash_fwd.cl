@@ -37,19 +37,23 @@
 #endif
 
 /* The shuffle the compiler offers for SUBGROUP (none: the local-memory reductions alone). */
-#if SUBGROUP == 1 && (TC & (TC - 1)) == 0 && defined(cl_intel_subgroups)
+#define ROW_SHUFFLES 0
+#if (TC & (TC - 1)) == 0
+#if SUBGROUP == 1 && defined(cl_intel_subgroups)
+#undef ROW_SHUFFLES
 #define ROW_SHUFFLES 1
 #define SG_SHUFFLE_XOR(x, m) intel_sub_group_shuffle_xor((x), (uint)(m))
 #define SG_SIZE() get_sub_group_size()
-#elif SUBGROUP == 1 && (TC & (TC - 1)) == 0 && defined(cl_khr_subgroup_shuffle) && \
-    (defined(cl_khr_subgroups) || defined(__opencl_c_subgroups))
+#elif SUBGROUP == 1 && defined(cl_khr_subgroup_shuffle) && (defined(cl_khr_subgroups) || defined(__opencl_c_subgroups))
 #ifdef cl_khr_subgroups
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
 #endif
+#undef ROW_SHUFFLES
 #define ROW_SHUFFLES 1
 #define SG_SHUFFLE_XOR(x, m) sub_group_shuffle_xor((x), (uint)(m))
 #define SG_SIZE() get_sub_group_size()
-#elif SUBGROUP == 2 && (TC & (TC - 1)) == 0 && WG % 32 == 0
+#elif SUBGROUP == 2 && WG % 32 == 0
+#undef ROW_SHUFFLES
 #define ROW_SHUFFLES 1
 inline float fcl_warp_shuffle_xor(float x, int m) {
   float r;
@@ -58,8 +62,10 @@ inline float fcl_warp_shuffle_xor(float x, int m) {
 }
 #define SG_SHUFFLE_XOR(x, m) fcl_warp_shuffle_xor((x), (m))
 #define SG_SIZE() 32u
-#else
-#define ROW_SHUFFLES 0
+#endif
+#endif
+#if !ROW_SHUFFLES
+#define SG_SHUFFLE_XOR(x, m) (x) /* never reached: `shuffles` below is then false */
 #endif
 #define PS (BC + 4) /* P row stride: a multiple of 4 that staggers rows across banks */
 #define KS (BC + 1) /* row stride of the transposed K tile */
@@ -235,13 +241,12 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         if (score_mods || !whole) s[i][j] = fcl_score(ROW_MODS(i), s[i][j], ROW_I(row), col, nq, nk);
         tile_max = fmax(tile_max, s[i][j]);
       }
-#if ROW_SHUFFLES
       if (shuffles) {
         for (int x = 1; x < TC; x <<= 1) tile_max = fmax(tile_max, SG_SHUFFLE_XOR(tile_max, x));
         row_max[i] = tile_max;
-      } else
-#endif
+      } else {
         Rmax[(tr * RM + i) * TC + tc] = tile_max;
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* row maxima are complete; every S is computed, so K may go */
 
@@ -262,14 +267,13 @@ void flash_fwd(__global const store_t *q, __global const store_t *k, __global co
         Ps[r * PS + tc + j * TC] = p;
         part += p;
       }
-#if ROW_SHUFFLES
       /* A butterfly: every work-item of the row ends with the same sum, the additions paired alike. */
       if (shuffles) {
         for (int x = 1; x < TC; x <<= 1) part += SG_SHUFFLE_XOR(part, x);
         row_sum[i] = part;
-      } else
-#endif
+      } else {
         Rsum[r * TC + tc] = part;
+      }
     }
 #if !DIRECT
     LOAD_KEY_TILE(KVs, v, v_sb, v_sn, seq, page, k0, BC);

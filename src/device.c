@@ -93,7 +93,12 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
     max_sub_groups = 0;
   const int subgroups =
       has_extension(ext, "cl_khr_subgroups") || has_extension(ext, "cl_intel_subgroups") || max_sub_groups > 0;
-  if (has_extension(ext, "cl_intel_subgroups") || (has_extension(ext, "cl_khr_subgroup_shuffle") && subgroups))
+  /* Intel's CPU runtime runs a sub-group's work-items as the lanes of SIMD vectors, which the planners' shapes for
+     it are made for. PoCL's CPU devices may report sub-groups too, but emulate each shuffle through local memory
+     and a work-group barrier, slower than the kernel's own local-memory reductions: other CPUs take neither. */
+  caps->cpu_simd_subgroups = caps->is_cpu && subgroups && contains_ci(caps->platform_name, "intel");
+  if ((has_extension(ext, "cl_intel_subgroups") || (has_extension(ext, "cl_khr_subgroup_shuffle") && subgroups)) &&
+      (!caps->is_cpu || caps->cpu_simd_subgroups))
     caps->sg_shuffle = FCL_SG_OPENCL;
   int nv_attrs = has_extension(ext, "cl_nv_device_attribute_query");
   int amd_attrs = has_extension(ext, "cl_amd_device_attribute_query");
@@ -108,12 +113,6 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
     caps->vendor = FCL_VENDOR_INTEL;
   else
     caps->vendor = FCL_VENDOR_OTHER;
-  /* Intel's CPU runtime runs a sub-group's work-items as the lanes of SIMD vectors, which the planners' shapes for
-     it are made for. PoCL's CPU devices may report sub-groups too, but emulate each shuffle through local memory
-     and a work-group barrier, slower than the kernel's own local-memory reductions: other CPUs take neither. */
-  caps->cpu_simd_subgroups = caps->is_cpu && subgroups && contains_ci(caps->platform_name, "intel");
-  if (caps->is_cpu && !caps->cpu_simd_subgroups) caps->sg_shuffle = FCL_SG_NONE;
-
   /* Development switches that emulate a smaller device, so they adjust the capabilities themselves: plan as if
      the device had less local memory or smaller work-groups, to exercise small-device tilings on any machine.
      Overrides of the plans themselves are not the device's: overrides.c. */

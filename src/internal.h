@@ -187,6 +187,8 @@ typedef struct fcl_tc_row {
   int max_head_dim, tc;
 } fcl_tc_row;
 int fcl_first_tc(const fcl_tc_row *rows, size_t n, int head_dim);
+/* The smallest power of two of work-items a row that leaves each at most max_columns of head_dim's columns. */
+int fcl_row_width(int head_dim, int max_columns);
 typedef struct fcl_item_block {
   int rm, rn;
 } fcl_item_block;

@@ -93,6 +93,12 @@ static const portable_shape cpu_shapes[] = {{2, 1, 64, 64}, {4, 4, 16, 16}, {4, 
    an H200 (docs/notes-portable.md); 128 work-items per group. */
 static const fcl_tc_row first_tcs[] = {{15, 4}, {64, 8}, {FCL_MAX_HEAD_DIM, 16}};
 
+int fcl_row_width(int head_dim, int max_columns) {
+  int tc = 1;
+  while (tc * max_columns < head_dim) tc *= 2;
+  return tc;
+}
+
 int fcl_first_tc(const fcl_tc_row *rows, size_t n, int head_dim) {
   for (size_t i = 0; i < n; ++i)
     if (head_dim <= rows[i].max_head_dim) return rows[i].tc;
@@ -119,8 +125,7 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
     return 0;
   }
   if (caps->cpu_simd_subgroups && !caps->loop_budget) {
-    int tc = 1;
-    while (tc * CPU_SUBGROUP_COLUMNS < head_dim) tc *= 2;
+    const int tc = fcl_row_width(head_dim, CPU_SUBGROUP_COLUMNS);
     if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, CPU_SUBGROUP_ROWS, tc, CPU_SUBGROUP_RM, CPU_SUBGROUP_RN, 1,
                                1, out) == 0) {
       snprintf(out->reason, sizeof out->reason,

@@ -48,7 +48,6 @@ static const int cpu_shape[4] = {2, 1, 32, 16};
    256 with 8 columns (docs/notes-portable.md, v15). */
 #define CPU_SUBGROUP_MAX_HEAD_DIM 192 /* 32 work-items a row */
 #define CPU_SUBGROUP_COLUMNS 6
-static const int cpu_subgroup_shape[4] = {16, 0, 2, 2}; /* tc (0) from head_dim */
 
 /* Kernel `which`'s plan (FCL_BWD_*) at one shape: tr x tc work-items, each rm owned rows x rn streamed rows, the
    local row stride padded when pad is set and room allows. 0 and *out filled when the shape is consistent and fits
@@ -119,9 +118,7 @@ static int plan_kernel(const fcl_device_caps *caps, int which, int head_dim, siz
       given_shape(caps, which, head_dim, max_wg, forced, "", " (FLASHCL_PORTABLE_BACKWARD_SHAPE)", out) == 0)
     return 0;
   if (caps->cpu_simd_subgroups && !caps->loop_budget && head_dim <= CPU_SUBGROUP_MAX_HEAD_DIM) {
-    int shape[4];
-    memcpy(shape, cpu_subgroup_shape, sizeof shape);
-    for (shape[1] = 1; shape[1] * CPU_SUBGROUP_COLUMNS < head_dim;) shape[1] *= 2;
+    const int shape[4] = {16, fcl_row_width(head_dim, CPU_SUBGROUP_COLUMNS), 2, 2};
     if (given_shape(caps, which, head_dim, max_wg, shape, "CPU with sub-groups: ", "", out) == 0) return 0;
   }
   if (caps->is_cpu && !caps->loop_budget &&
