@@ -56,6 +56,11 @@ typedef struct options {
   int window;             /* --window L,R */
   long long seqlen_q;     /* --seqlen-q: fixed query rows (decode); 0: Nq = Nk */
   long long window_left, window_right;
+  double softcap;         /* --softcap C; 0: off */
+  int alibi;              /* --alibi: one slope a head, 2^(-8 (h + 1) / H) */
+  int sinks;              /* --sinks: one random logit a head (and, backward, its gradient) */
+  int mask;               /* --mask DTYPE: a random additive [Nq, Nk] mask shared by every batch and head */
+  fcl_dtype mask_dtype;
   int impl[IMPL_COUNT];
   int iters, warmup;
   int json;
@@ -135,6 +140,11 @@ static void usage(FILE *f) {
           "  --causal            causal mask\n"
           "  --window L,R        sliding window: key j visible from query i iff i - L <= j <= i + R (-1:\n"
           "                      unbounded); TFLOP/s then count the visible scores only\n"
+          "  --softcap C         logit softcap: s = C tanh(s / C)\n"
+          "  --alibi             ALiBi, one slope a head (2^(-8 (h + 1) / H), shared by the batch)\n"
+          "  --sinks             attention sinks, one random logit a head\n"
+          "  --mask f32|f16|bf16 an additive mask of random values in [-1, 1), [Nq, Nk], shared by every\n"
+          "                      batch and head (strides 0, 0, Nk)\n"
           "  --impl LIST         any of flash,reference,backward (default flash,reference)\n"
           "  --iters N           timed runs, at least 10 (default 20)\n"
           "  --warmup N          untimed runs first (default 3)\n"
@@ -214,6 +224,15 @@ static int setup_varlen(options *o, int batch_given, int seqlens_given, int num_
   return 0;
 }
 
+/* f32, f16 or bf16 into *out; -1 for anything else. */
+static int parse_dtype(const char *s, fcl_dtype *out) {
+  if (!strcmp(s, "f32")) *out = FCL_DTYPE_F32;
+  else if (!strcmp(s, "f16")) *out = FCL_DTYPE_F16;
+  else if (!strcmp(s, "bf16")) *out = FCL_DTYPE_BF16;
+  else return -1;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->seed = 1;
@@ -255,10 +274,7 @@ static int parse_args(int argc, char **argv, options *o) {
       o->device = val;
     } else if (!strcmp(a, "--dtype")) {
       NEED_VALUE();
-      if (!strcmp(val, "f32")) o->dtype = FCL_DTYPE_F32;
-      else if (!strcmp(val, "f16")) o->dtype = FCL_DTYPE_F16;
-      else if (!strcmp(val, "bf16")) o->dtype = FCL_DTYPE_BF16;
-      else {
+      if (parse_dtype(val, &o->dtype)) {
         fprintf(stderr, "flashcl-bench: --dtype %s: expected f32, f16 or bf16\n", val);
         return -1;
       }
@@ -314,6 +330,25 @@ static int parse_args(int argc, char **argv, options *o) {
         return -1;
       }
       o->window = 1;
+    }
+    else if (!strcmp(a, "--softcap")) {
+      NEED_VALUE();
+      char *end;
+      o->softcap = strtod(val, &end);
+      if (end == val || *end || !(o->softcap > 0) || !isfinite(o->softcap)) {
+        fprintf(stderr, "flashcl-bench: --softcap %s: expected a positive number\n", val);
+        return -1;
+      }
+    }
+    else if (!strcmp(a, "--alibi")) o->alibi = 1;
+    else if (!strcmp(a, "--sinks")) o->sinks = 1;
+    else if (!strcmp(a, "--mask")) {
+      NEED_VALUE();
+      if (parse_dtype(val, &o->mask_dtype)) {
+        fprintf(stderr, "flashcl-bench: --mask %s: expected f32, f16 or bf16\n", val);
+        return -1;
+      }
+      o->mask = 1;
     }
     else if (!strcmp(a, "--sweep")) o->sweep = 1;
     else if (!strcmp(a, "--json")) o->json = 1;
@@ -620,6 +655,7 @@ static cl_mem make_buffer(bench *b, size_t count, fcl_dtype t, int random, cl_in
 typedef struct tensors {
   cl_mem q, k, v, o, o_ref, lse, d_o, dq, dk, dv, workspace;
   cl_mem cu_q, cu_k, seqlens_k, table; /* the int32 index buffers desc names */
+  cl_mem alibi, sinks, d_sinks, mask;   /* the score modifiers' buffers desc names */
   size_t o_elems; /* elements of o (and o_ref) */
   fcl_plan_info forward; /* the flash forward's plan (fcl_describe_plan): its variant and split-KV chunks */
   fcl_plan_info backward; /* the backward's plan, when --impl has backward */
@@ -666,6 +702,7 @@ static void describe(const options *o, const batch_lengths *len, fcl_attention_d
   desc->seqlen_q = len->max_q, desc->seqlen_k = len->max_k, desc->head_dim = d; /* FA2's max_seqlen_q, _k */
   desc->dtype = o->dtype, desc->causal = o->causal;
   desc->window = o->window, desc->window_left = o->window_left, desc->window_right = o->window_right;
+  desc->softcap = (float)o->softcap;
   if (o->bnhd) { /* [batch, seq, heads, d]: element strides (batch, head, row) */
     const int64_t qs[3] = {desc->seqlen_q * o->heads * d, d, o->heads * d};
     const int64_t ks[3] = {desc->seqlen_k * hkv * d, d, hkv * d};
@@ -751,6 +788,41 @@ static cl_int make_indices(bench *b, const batch_lengths *len, fcl_attention_des
     if (!entries) return CL_OUT_OF_HOST_MEMORY;
     desc->block_table = t->table = int_buffer(b, entries, (size_t)(desc->batch * desc->block_table_stride), &err);
     free(entries);
+  }
+  return err;
+}
+
+/* A float32 buffer of values[0 .. count - 1]; NULL with *err set on failure. */
+static cl_mem float_buffer(bench *b, const float *values, size_t count, cl_int *err) {
+  cl_mem buf = clCreateBuffer(b->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof *values,
+                              (void *)values, err);
+  return *err == CL_SUCCESS ? buf : NULL;
+}
+
+/* The score modifiers' buffers into t and desc: ALiBi's slopes (one row for every batch), the sinks (and
+   their gradient when the backward runs), the mask [max_q, max_k] broadcast over batch and heads. Returns 0 or
+   the failing CL error. */
+static cl_int make_modifiers(bench *b, fcl_attention_desc *desc, int backward, tensors *t) {
+  const options *o = &b->opt;
+  cl_int err = CL_SUCCESS;
+  if (o->alibi) {
+    float *slopes = malloc(sizeof(float) * (size_t)o->heads);
+    if (!slopes) return CL_OUT_OF_HOST_MEMORY;
+    for (long long h = 0; h < o->heads; ++h) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)o->heads);
+    desc->alibi_slopes = t->alibi = float_buffer(b, slopes, (size_t)o->heads, &err);
+    free(slopes);
+    if (!t->alibi) return err;
+  }
+  if (o->sinks) {
+    if (!(desc->sinks = t->sinks = make_buffer(b, (size_t)o->heads, FCL_DTYPE_F32, 1, &err))) return err;
+    if (backward && !(desc->d_sinks = t->d_sinks = make_buffer(b, (size_t)o->heads, FCL_DTYPE_F32, 0, &err)))
+      return err;
+  }
+  if (o->mask) {
+    const size_t cells = (size_t)desc->seqlen_q * (size_t)desc->seqlen_k;
+    if (!(desc->mask = t->mask = make_buffer(b, cells, o->mask_dtype, 1, &err))) return err;
+    desc->mask_dtype = o->mask_dtype;
+    desc->mask_stride[0] = desc->mask_stride[1] = 0, desc->mask_stride[2] = desc->seqlen_k;
   }
   return err;
 }
@@ -951,11 +1023,15 @@ static void print_header(const bench *b) {
   if (o->json) return;
   printf("# flashcl-bench %s | device: %s | platform: %s | driver: %s\n", fcl_version(), b->device_name,
          b->platform_name, b->driver);
-  char window[64] = "";
+  char window[160] = "";
   if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
   if (o->seqlen_q)
     snprintf(window + strlen(window), sizeof window - strlen(window), "  Nq=%lld (N keys)", o->seqlen_q);
   if (o->bnhd) snprintf(window + strlen(window), sizeof window - strlen(window), "  [B,N,H,d]");
+  if (o->softcap > 0) snprintf(window + strlen(window), sizeof window - strlen(window), "  softcap=%g", o->softcap);
+  if (o->alibi) snprintf(window + strlen(window), sizeof window - strlen(window), "  alibi");
+  if (o->sinks) snprintf(window + strlen(window), sizeof window - strlen(window), "  sinks");
+  if (o->mask) snprintf(window + strlen(window), sizeof window - strlen(window), "  mask=%s", dtype_str(o->mask_dtype));
   printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
@@ -990,6 +1066,10 @@ static void print_result(const bench *b, int impl, const batch_lengths *len, con
     if (o->window) printf(",\"window\":[%lld,%lld]", o->window_left, o->window_right);
     if (o->seqlen_q) printf(",\"seqlen_q\":%lld", o->seqlen_q);
     if (o->bnhd) printf(",\"layout\":\"bnhd\"");
+    if (o->softcap > 0) printf(",\"softcap\":%g", o->softcap);
+    if (o->alibi) printf(",\"alibi\":true");
+    if (o->sinks) printf(",\"sinks\":true");
+    if (o->mask) printf(",\"mask\":\"%s\"", dtype_str(o->mask_dtype));
     if (o->paged) printf(",\"paged\":%lld", o->paged);
     printf(",\"total_q\":%lld,\"total_k\":%lld", len->total_q, len->total_k);
     if (o->varlen) {
@@ -1033,7 +1113,7 @@ static void print_result(const bench *b, int impl, const batch_lengths *len, con
 
 static void release_tensors(tensors *t) {
   cl_mem *all[] = {&t->q, &t->k, &t->v, &t->o, &t->o_ref, &t->lse, &t->d_o, &t->dq, &t->dk, &t->dv, &t->workspace,
-                   &t->cu_q, &t->cu_k, &t->seqlens_k, &t->table};
+                   &t->cu_q, &t->cu_k, &t->seqlens_k, &t->table, &t->alibi, &t->sinks, &t->d_sinks, &t->mask};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     if (*all[i]) {
       clReleaseMemObject(*all[i]);
@@ -1100,6 +1180,7 @@ int main(int argc, char **argv) {
     tensors t;
     memset(&t, 0, sizeof t);
     cl_int err = make_indices(&b, &len, &desc, &t);
+    if (err == CL_SUCCESS) err = make_modifiers(&b, &desc, alive[IMPL_BACKWARD], &t);
     if (err == CL_SUCCESS) err = alloc_tensors(&b, &desc, alive, &t);
     if (err != CL_SUCCESS) {
       result r;
