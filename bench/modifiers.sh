@@ -1,7 +1,7 @@
 #!/bin/bash
 # What each score modifier costs: the forward and the backward with none, each alone, and all together, at one
-# shape, as a table of median ms and the ratio to no modifier (flashcl-bench --json, kernel or event time),
-# with the forward's variant.
+# shape, as a table of median ms and the ratio to the first row (no modifier, unless MODS says otherwise;
+# flashcl-bench --json, kernel or event time), with the forward's variant.
 # usage: bash bench/modifiers.sh [FLASHCL_BENCH]   (default build/tools/flashcl-bench)
 #   DEVICE (flashcl-bench --device; default its own choice), SHAPE (flashcl-bench arguments; default
 #   --batch 4 --heads 16 --dtype f16 --head-dim 128 --seqlen 4096 --layout bnhd), IMPL (default flash,backward),

@@ -746,6 +746,12 @@ static long long *block_table(const batch_lengths *len, const fcl_attention_desc
 }
 
 /* An int32 buffer of values[0 .. count - 1]; NULL with *err set on failure. */
+/* A read-only buffer holding a copy of bytes at host; NULL with *err set on failure. */
+static cl_mem host_buffer(bench *b, const void *host, size_t bytes, cl_int *err) {
+  cl_mem buf = clCreateBuffer(b->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, err);
+  return *err == CL_SUCCESS ? buf : NULL;
+}
+
 static cl_mem int_buffer(bench *b, const long long *values, size_t count, cl_int *err) {
   int32_t *host = malloc(count * sizeof *host);
   if (!host) {
@@ -753,9 +759,9 @@ static cl_mem int_buffer(bench *b, const long long *values, size_t count, cl_int
     return NULL;
   }
   for (size_t i = 0; i < count; ++i) host[i] = (int32_t)values[i];
-  cl_mem buf = clCreateBuffer(b->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof *host, host, err);
+  cl_mem buf = host_buffer(b, host, count * sizeof *host, err);
   free(host);
-  return *err == CL_SUCCESS ? buf : NULL;
+  return buf;
 }
 
 /* Offsets of packed sequences: cu[0] = 0, cu[b + 1] = cu[b] + lengths[b]. */
@@ -792,13 +798,6 @@ static cl_int make_indices(bench *b, const batch_lengths *len, fcl_attention_des
   return err;
 }
 
-/* A float32 buffer of values[0 .. count - 1]; NULL with *err set on failure. */
-static cl_mem float_buffer(bench *b, const float *values, size_t count, cl_int *err) {
-  cl_mem buf = clCreateBuffer(b->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof *values,
-                              (void *)values, err);
-  return *err == CL_SUCCESS ? buf : NULL;
-}
-
 /* The score modifiers' buffers into t and desc: ALiBi's slopes (one row for every batch), the sinks (and
    their gradient when the backward runs), the mask [max_q, max_k] broadcast over batch and heads. Returns 0 or
    the failing CL error. */
@@ -809,7 +808,7 @@ static cl_int make_modifiers(bench *b, fcl_attention_desc *desc, int backward, t
     float *slopes = malloc(sizeof(float) * (size_t)o->heads);
     if (!slopes) return CL_OUT_OF_HOST_MEMORY;
     for (long long h = 0; h < o->heads; ++h) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)o->heads);
-    desc->alibi_slopes = t->alibi = float_buffer(b, slopes, (size_t)o->heads, &err);
+    desc->alibi_slopes = t->alibi = host_buffer(b, slopes, sizeof(float) * (size_t)o->heads, &err);
     free(slopes);
     if (!t->alibi) return err;
   }
@@ -1018,20 +1017,33 @@ static void human_bytes(size_t n, char *out, size_t size) {
   else snprintf(out, size, "%.2f GiB", n / 1073741824.0);
 }
 
+/* printf-style text added to the string in buf (size bytes in all), cut to fit. */
+static void append(char *buf, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void append(char *buf, size_t size, const char *fmt, ...) {
+  const size_t used = strlen(buf);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + used, size - used, fmt, ap);
+  va_end(ap);
+}
+
 static void print_header(const bench *b) {
   const options *o = &b->opt;
   if (o->json) return;
   printf("# flashcl-bench %s | device: %s | platform: %s | driver: %s\n", fcl_version(), b->device_name,
          b->platform_name, b->driver);
   char window[160] = "";
-  if (o->window) snprintf(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
-  if (o->seqlen_q)
-    snprintf(window + strlen(window), sizeof window - strlen(window), "  Nq=%lld (N keys)", o->seqlen_q);
-  if (o->bnhd) snprintf(window + strlen(window), sizeof window - strlen(window), "  [B,N,H,d]");
-  if (o->softcap > 0) snprintf(window + strlen(window), sizeof window - strlen(window), "  softcap=%g", o->softcap);
-  if (o->alibi) snprintf(window + strlen(window), sizeof window - strlen(window), "  alibi");
-  if (o->sinks) snprintf(window + strlen(window), sizeof window - strlen(window), "  sinks");
-  if (o->mask) snprintf(window + strlen(window), sizeof window - strlen(window), "  mask=%s", dtype_str(o->mask_dtype));
+  if (o->window) append(window, sizeof window, "  window=(%lld,%lld)", o->window_left, o->window_right);
+  if (o->seqlen_q) append(window, sizeof window, "  Nq=%lld (N keys)", o->seqlen_q);
+  if (o->bnhd) append(window, sizeof window, "  [B,N,H,d]");
+  if (o->softcap > 0) append(window, sizeof window, "  softcap=%g", o->softcap);
+  if (o->alibi) append(window, sizeof window, "  alibi");
+  if (o->sinks) append(window, sizeof window, "  sinks");
+  if (o->mask) append(window, sizeof window, "  mask=%s", dtype_str(o->mask_dtype));
   printf("# dtype %s  B=%lld H=%lld Hkv=%lld d=%lld  causal=%d%s  iters=%d warmup=%d  (median/min/max ms of "
          "device time; TFLOP/s from the median)\n",
          dtype_str(o->dtype), o->batch, o->heads, o->kv_heads ? o->kv_heads : o->heads, o->head_dim, o->causal,
