@@ -418,7 +418,8 @@ int main(int argc, char **argv) {
     n = test_case_add(list, n, MAX, "", name, run_listed, &cases[i]);
   }
   n = test_case_add(list, n, MAX, "", "validation", run_validation, NULL);
-  if (!cli.small) {
+  /* Host behaviour, the same at every tile shape: the full list alone (the --quick groups rerun its tiles). */
+  if (!cli.small && !quick) {
     n = test_case_add(list, n, MAX, "", "out_of_order_queue", run_out_of_order, NULL);
     n = test_case_add(list, n, MAX, "", "threads", run_threads, NULL);
   }
