@@ -49,7 +49,11 @@ inline bool fcl_nonfinite(float x) { return (as_uint(x) & 0x7f800000u) == 0x7f80
  * visible from row i iff 0 <= j < nk and p - wl <= j <= p + wr (the host folds causal into wr = 0 and
  * passes nk / nq for an unbounded side; WINDOW below). Scores are in log2 units (scale * log2(e) * q.k): the modifiers
  * follow them there, in the order softcap, ALiBi, mask. Switches (-D, 0 when absent): SOFTCAP, ALIBI,
- * MASK (1 f32, 2 f16, 3 bf16 values), SINKS. */
+ * MASK (1 f32, 2 f16, 3 bf16 values), SINKS; FCL_PTX (NVIDIA's tensor-core kernels: inline PTX for the
+ * modifiers' special functions, fcl_rcp). */
+#ifndef FCL_PTX
+#define FCL_PTX 0
+#endif
 #ifndef SOFTCAP
 #define SOFTCAP 0
 #endif
@@ -146,20 +150,40 @@ inline bool fcl_tile_masked(const fcl_mods *m, int i0, int i1, int j0, int bc, i
 #endif
 }
 
-/* tanh to 1.3 ulp in float from one exponential and one division: above |x| = 0.9, 1 - 2 / (e^2|x| + 1)
-   (e^2|x| = inf gives 1); below, where that would cancel, an odd polynomial x + x^3 P(x^2), P fitted for
-   relative error on [0, 0.9]. OpenCL's tanh took a softcapped forward 1.8x longer on PoCL and 4% longer on the
-   H200 (docs/notes-nvidia.md, v30). */
+/* 1/x, and 2^x for arguments whose result is normal. NVIDIA's tensor-core kernels (FCL_PTX from the host) take
+   one special-function instruction for each: rcp.approx (1 ulp) and ex2.approx (2 ulp). A division compiles there
+   to IEEE division, whose slow path is a call behind a branch, and a branch in a score's code keeps the scores of
+   a tile from overlapping (docs/notes-nvidia.md, v31). Elsewhere, OpenCL's own. */
+#if FCL_PTX
+inline float fcl_rcp(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+inline float fcl_exp2_normal(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+#else
+inline float fcl_rcp(float x) { return 1.0f / x; }
+inline float fcl_exp2_normal(float x) { return exp2(x); }
+#endif
+
+/* tanh to 1.3 ulp in float (2 ulp with FCL_PTX) from one exponential and one reciprocal: above |x| = 0.9,
+   1 - 2 / (e^2|x| + 1) (e^2|x| = inf gives 1); below, where that would cancel, an odd polynomial x + x^3 P(x^2),
+   P fitted for relative error on [0, 0.9]. Both are computed and one is selected, without a branch. OpenCL's tanh
+   took a softcapped forward 1.8x longer on PoCL and 4% longer on the H200 (docs/notes-nvidia.md, v30). */
 inline float fcl_tanh(float x) {
   const float a = fabs(x), x2 = x * x;
-  const float big = 1.0f - 2.0f / (exp2(a * 2.88539008f) + 1.0f); /* 2 log2(e) */
+  const float big = fma(-2.0f, fcl_rcp(fcl_exp2_normal(a * 2.88539008f) + 1.0f), 1.0f); /* 2 log2(e) */
   float p = 0.00130395847f;
   p = fma(p, x2, -0.00686005317f);
   p = fma(p, x2, 0.0209041238f);
   p = fma(p, x2, -0.0537214912f);
   p = fma(p, x2, 0.133303598f);
   p = fma(p, x2, -0.333332121f);
-  return a < 0.9f ? fma(x * x2, p, x) : copysign(big, x);
+  return select(copysign(big, x), fma(x * x2, p, x), (int)(a < 0.9f));
 }
 
 /* Softcap of a log2-unit score (identity when off). */
@@ -171,24 +195,44 @@ inline float fcl_softcap(const fcl_mods *m, float s) {
   return s;
 #endif
 }
-/* The additive modifiers of row i, key j: ALiBi and the mask (identity when off). */
-inline float fcl_bias(const fcl_mods *m, float s, int i, int j) {
+/* The additive modifiers of row i, key j: ALiBi and the mask (identity when off). The mask is read only where
+   ok (i < nq and the row sees key j); elsewhere its first element is read instead, which every launched sequence
+   has, and the caller hides the result, so that a score's code needs no branch. */
+inline float fcl_bias(const fcl_mods *m, float s, int i, int j, bool ok) {
 #if ALIBI
   s -= m->slope * (float)abs(i + m->diag - j);
 #endif
 #if MASK
   /* -inf hides the key whatever the score holds (a NaN from q or k must not pass the mask as NaN + -inf). */
-  const float mv = MASK_LOAD(m->mask, (long)i * m->mask_sn + j);
+  const float mv = MASK_LOAD(m->mask, ok ? (long)i * m->mask_sn + j : 0);
   s = mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E;
 #endif
-  (void)m, (void)i, (void)j;
+  (void)m, (void)i, (void)j, (void)ok;
   return s;
 }
-/* The modified score of (i, j), or -INFINITY when the key is hidden or i is a padding row beyond nq (whose
-   mask row does not exist). */
+/* Whether row i's score of key j takes part: i is no padding row beyond nq (whose mask row does not exist) and
+   the row sees the key. */
+inline bool fcl_score_ok(const fcl_mods *m, int i, int j, int nq, int nk) { return (i < nq) & fcl_visible(m, i, j, nk); }
+/* The modified score of (i, j), or -INFINITY when it takes no part. Every part is computed and the result
+   selected: a branch around each score keeps the compiler from overlapping a tile's scores (docs/notes-nvidia.md,
+   v31). */
 inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk) {
-  return i < nq && fcl_visible(m, i, j, nk) ? fcl_bias(m, fcl_softcap(m, s), i, j) : -INFINITY;
+  const bool ok = fcl_score_ok(m, i, j, nq, nk);
+  return select(-INFINITY, fcl_bias(m, fcl_softcap(m, s), i, j, ok), (int)ok);
 }
+/* The backward's P and dS of one (row, key) from the raw score s = q.k and dp = dO.v, through the mask layer of
+   m_ (a pointer): P = 2^(modified score - L) with L = lse log2(e), by EXP2; dS = P (dp - Dv), times the softcap's
+   derivative. Entries that take no part (fcl_score_ok), those a mask gives -inf, and every entry of a row that saw
+   nothing (L = -inf) get P = dS = 0. The kernel defines qk_scale, nq and nk. Without a branch, as fcl_score. */
+#define FCL_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv, EXP2)                                       \
+  do {                                                                                                 \
+    const bool ok_ = fcl_score_ok((m_), (row), (key), nq, nk) & ((L) != -INFINITY);                    \
+    const float t_ = fcl_softcap((m_), (s) * qk_scale);                                                \
+    const float p_ = select(0.0f, EXP2(fcl_bias((m_), t_, (row), (key), ok_) - (L)), (int)ok_);       \
+    const float u_ = t_ * (m_)->inv_cap;                                                               \
+    (p_out) = p_;                                                                                      \
+    (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (Dv)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);             \
+  } while (0)
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)
 

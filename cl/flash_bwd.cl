@@ -97,23 +97,9 @@ void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __g
 #define DOT4(s, a, b) (s) = fma((a).w, (b).w, fma((a).z, (b).z, fma((a).y, (b).y, fma((a).x, (b).x, (s)))))
 #define LANE(v, cc) ((cc) == 0 ? (v).x : (cc) == 1 ? (v).y : (cc) == 2 ? (v).z : (v).w)
 
-/* P and dS of one (row, key) from the raw score s = q.k and dP = dO.v, through the mask layer: P =
-   2^(modified score - L) with L = lse log2(e); dS = P (dP - D), times the softcap's derivative. Hidden
-   entries (and those a mask gives -inf) get P = dS = 0. The kernel defines mods, qk_scale, nq and nk. */
-#define BWD_P_DS(p_out, ds_out, s, dp, row, key, L, D)                                           \
-  do {                                                                                            \
-    if ((row) < nq && fcl_visible(&mods, (row), (key), nk)) {                                     \
-      const float t_ = fcl_softcap(&mods, (s) * qk_scale);                                        \
-      /* L = -inf: the row saw nothing (a mask hid every key); its P is 0, not 2^(-inf + inf). */  \
-      const float p_ = (L) == -INFINITY ? 0.0f : exp2(fcl_bias(&mods, t_, (row), (key)) - (L));    \
-      const float u_ = t_ * mods.inv_cap;                                                         \
-      (p_out) = p_;                                                                               \
-      (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (D)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);       \
-    } else {                                                                                      \
-      (p_out) = 0.0f;                                                                             \
-      (ds_out) = 0.0f;                                                                            \
-    }                                                                                             \
-  } while (0)
+/* P and dS of one (row, key) through the mask layer (common.cl's FCL_P_DS). The kernel defines mods, qk_scale,
+   nq and nk. */
+#define BWD_P_DS(p_out, ds_out, s, dp, row, key, L, D) FCL_P_DS(p_out, ds_out, &mods, s, dp, row, key, L, D, exp2)
 
 #if BWD_KIND == 1
 

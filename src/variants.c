@@ -34,7 +34,7 @@ static void nvidia_forward_defines(const fcl_problem *p, const fcl_tile_plan *t,
   (void)which;
   snprintf(out, size,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DQREG=%d -DSTAGES=%d -DPACK=%d "
-           "-DSPLIT=%d -DMBAR_RING=%d%s",
+           "-DSPLIT=%d -DMBAR_RING=%d -DFCL_PTX=1%s",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->qregs, t->stages, t->pack,
            t->splits > 1, t->mbar_ring, mods);
 }
@@ -47,7 +47,7 @@ static void portable_backward_defines(const fcl_problem *p, const fcl_tile_plan 
 
 static void nvidia_backward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,
                                     char *out, size_t size) {
-  snprintf(out, size, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d%s", which + 1, (int)p->dtype,
+  snprintf(out, size, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d -DFCL_PTX=1%s", which + 1, (int)p->dtype,
            t->head_dim, t->dp, t->ds, t->tr, which == FCL_BWD_DKDV ? t->br : t->bc, mods);
 }
 

@@ -108,24 +108,10 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
   *y = c;
 }
 
-/* P and dS of one (row, key) from the raw score s = q.k and dp = dO.v through the mask layer of mods (a
-   pointer), exactly as flash_bwd.cl's BWD_P_DS: hidden entries (and a row that saw nothing, L = -inf) get
-   P = dS = 0. L = lse log2(e), Dv the row's rowsum(dO * O). The kernel defines qk_scale, nq and nk. The
-   exponential is MUFU.EX2 (fcl_exp2), as in the forward: OpenCL's exp2 made every tile with a score modifier
-   pay several instructions more an element (docs/notes-nvidia.md, v30). */
-#define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv)                                          \
-  do {                                                                                              \
-    if ((row) < nq && fcl_visible((m_), (row), (key), nk)) {                                        \
-      const float t_ = fcl_softcap((m_), (s) * qk_scale);                                           \
-      const float p_ = (L) == -INFINITY ? 0.0f : fcl_exp2(fcl_bias((m_), t_, (row), (key)) - (L));   \
-      const float u_ = t_ * (m_)->inv_cap;                                                          \
-      (p_out) = p_;                                                                                 \
-      (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (Dv)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);        \
-    } else {                                                                                        \
-      (p_out) = 0.0f;                                                                               \
-      (ds_out) = 0.0f;                                                                              \
-    }                                                                                               \
-  } while (0)
+/* P and dS of one (row, key) through the mask layer of m_ (common.cl's FCL_P_DS). The exponential is MUFU.EX2
+   (fcl_exp2), as in the forward: OpenCL's exp2 made every tile with a score modifier pay several instructions
+   more an element (docs/notes-nvidia.md, v30). */
+#define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv) FCL_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv, fcl_exp2)
 
 #if DTYPE != 0
 /* Per-lane ldmatrix offsets (elements) within a tile of row stride DS. A operand (no transpose, rows of the
