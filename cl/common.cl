@@ -197,19 +197,26 @@ inline float fcl_softcap(const fcl_mods *m, float s) {
   return s;
 #endif
 }
+/* ALiBi's bias of row i, key j added to s (identity when off). */
+inline float fcl_alibi(const fcl_mods *m, float s, int i, int j) {
+#if ALIBI
+  s -= m->slope * (float)abs(i + m->diag - j);
+#endif
+  (void)m, (void)i, (void)j;
+  return s;
+}
+/* A mask value mv added to s: -inf hides the key whatever the score holds (a NaN from q or k must not pass the
+   mask as NaN + -inf). */
+inline float fcl_add_mask(float s, float mv) { return mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E; }
 /* The additive modifiers of row i, key j: ALiBi and the mask (identity when off). The mask is read only where
    ok (i < nq and the row sees key j); elsewhere its first element is read instead, which every launched sequence
    has, and the caller hides the result, so that a score's code needs no branch. */
 inline float fcl_bias(const fcl_mods *m, float s, int i, int j, bool ok) {
-#if ALIBI
-  s -= m->slope * (float)abs(i + m->diag - j);
-#endif
+  s = fcl_alibi(m, s, i, j);
 #if MASK
-  /* -inf hides the key whatever the score holds (a NaN from q or k must not pass the mask as NaN + -inf). */
-  const float mv = MASK_LOAD(m->mask, ok ? (long)i * m->mask_sn + j : 0);
-  s = mv == -INFINITY ? -INFINITY : s + mv * FCL_LOG2E;
+  s = fcl_add_mask(s, MASK_LOAD(m->mask, ok ? (long)i * m->mask_sn + j : 0));
 #endif
-  (void)m, (void)i, (void)j, (void)ok;
+  (void)ok;
   return s;
 }
 /* Whether row i's score of key j takes part: i is no padding row beyond nq (whose mask row does not exist) and

@@ -541,9 +541,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
     RING_RELEASE(2 * j);
 
-    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are
-       never written); with modifiers, every score goes through the mask layer in log2 units. */
-    if (SCORE_MODS || fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk)) {
+    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either, and with MASK_PAIRS in
+       tiles that start on an odd key; rows beyond nq are never written): there every score goes through the
+       mask layer, with modifiers in log2 units. Other tiles take the modifiers alone, below. */
+    if (fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk) || (MASK_PAIRS && (k0 & 1))) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -556,6 +557,37 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
                                      : (fcl_visible(&mods, ROW_I(row), col, nk) ? s[mt][i][e] : -INFINITY);
           }
     }
+#if SCORE_MODS
+    else {
+      /* A tile every row sees whole: softcap, ALiBi and the mask, without the visibility tests. Each row reads
+         its mask through one pointer a tile, at offsets the compiler knows, a pair of keys a load with
+         MASK_PAIRS; rows past the block's last read its last row's (they are never written). */
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int ri = ROW_I(min(q0 + wrow + mt * 16 + g + hr * 8, last_row));
+          const fcl_mods *rm = ROW_MODS(mt, hr);
+#if MASK
+          __global const mask_t *mrow = rm->mask + (long)ri * rm->mask_sn + k0 + 2 * t;
+#endif
+#pragma unroll
+          for (int i = 0; i < NT; ++i) {
+#if MASK
+            const float2 mv = MASK_PAIR(mrow + i * 8);
+#endif
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float x = fcl_alibi(rm, fcl_softcap(rm, s[mt][i][2 * hr + c] * sl2), ri, k0 + i * 8 + 2 * t + c);
+#if MASK
+              x = fcl_add_mask(x, c ? mv.y : mv.x);
+#endif
+              s[mt][i][2 * hr + c] = x;
+            }
+          }
+        }
+    }
+#endif
 
     /* Online softmax in log2 units: p = 2^(s su - m su), m the row's reference maximum. The reference moves
        to the row's maximum only when that passes it by more than RESCALE_SLACK (at the row's first visible

@@ -128,6 +128,34 @@ inline float fcl_exp2(float x) {
   return r;
 }
 
+/* The mask values at p[0] and p[1] (MASK). With MASK_PAIRS (from the host: the mask's offset and strides are
+   even, so the pair of an even key starts on 4 bytes, 8 for f32) by one load instead of two: a warp's mask load
+   touches eight rows' cache lines, and halving the loads halves those accesses. */
+#ifndef MASK_PAIRS
+#define MASK_PAIRS 0
+#endif
+#if MASK && MASK_PAIRS
+inline float2 fcl_mask_pair(__global const mask_t *p) {
+#if MASK == 1
+  return *(__global const float2 *)p;
+#else
+  const uint w = *(__global const uint *)p;
+#if MASK == 2
+  float lo, hi;
+  asm("{\n .reg .b16 l_, h_;\n mov.b32 {l_, h_}, %2;\n cvt.f32.f16 %0, l_;\n cvt.f32.f16 %1, h_;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(w));
+  return (float2)(lo, hi);
+#else
+  return (float2)(as_float(w << 16), as_float(w & 0xffff0000u));
+#endif
+#endif
+}
+#define MASK_PAIR(p) fcl_mask_pair(p)
+#elif MASK
+#define MASK_PAIR(p) ((float2)(MASK_LOAD((p), 0), MASK_LOAD((p), 1)))
+#endif
+
 /* 1 when p is non-zero in any lane of the warp. */
 inline int fcl_warp_any(int p) {
   int r;
