@@ -170,12 +170,12 @@ inline float fcl_rcp(float x) { return 1.0f / x; }
 inline float fcl_exp2_normal(float x) { return exp2(x); }
 #endif
 
-/* tanh to 1.3 ulp in float (2 ulp with FCL_PTX) from one exponential and one reciprocal: above |x| = 0.9,
-   1 - 2 / (e^2|x| + 1) (e^2|x| = inf gives 1); below, where that would cancel, an odd polynomial x + x^3 P(x^2),
-   P fitted for relative error on [0, 0.9]. Compilers branch between the two, so a work-item (a warp) whose
-   arguments are all small, as scores against a cap usually are, skips the exponential: selecting without a
-   branch took a softcapped forward 1.4x longer on PoCL. OpenCL's tanh took it 1.8x longer on PoCL and 4% longer
-   on the H200 (docs/notes-nvidia.md, v30). */
+/* tanh to 1.3 ulp in float (about 2 by the instructions' bounds with FCL_PTX) from one exponential and one
+   reciprocal: above |x| = 0.9, 1 - 2 / (e^2|x| + 1) (e^2|x| = inf gives 1); below, where that would cancel, an odd
+   polynomial x + x^3 P(x^2), P fitted for relative error on [0, 0.9]. Compilers branch between the two, so a
+   work-item (a warp) whose arguments are all small, as scores against a cap usually are, skips the exponential:
+   selecting without a branch took a softcapped forward 1.4x longer on PoCL. OpenCL's tanh took it 1.8x longer on
+   PoCL and 4% longer on the H200 (docs/notes-nvidia.md, v30). */
 inline float fcl_tanh(float x) {
   const float a = fabs(x), x2 = x * x;
   const float big = fma(-2.0f, fcl_rcp(fcl_exp2_normal(a * 2.88539008f) + 1.0f), 1.0f); /* 2 log2(e) */
@@ -221,7 +221,9 @@ inline float fcl_bias(const fcl_mods *m, float s, int i, int j, bool ok) {
 }
 /* Whether row i's score of key j takes part: i is no padding row beyond nq (whose mask row does not exist) and
    the row sees the key. */
-inline bool fcl_score_ok(const fcl_mods *m, int i, int j, int nq, int nk) { return (i < nq) & fcl_visible(m, i, j, nk); }
+inline bool fcl_score_ok(const fcl_mods *m, int i, int j, int nq, int nk) {
+  return (i < nq) & fcl_visible(m, i, j, nk);
+}
 /* The modified score of (i, j), or -INFINITY when it takes no part. Every part is computed and the result
    selected: a branch around each score keeps the compiler from overlapping a tile's scores (docs/notes-nvidia.md,
    v31). */
