@@ -111,7 +111,8 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
 /* P and dS of one (row, key) through the mask layer of m_ (common.cl's FCL_P_DS). The exponential is MUFU.EX2
    (fcl_exp2), as in the forward: OpenCL's exp2 made every tile with a score modifier pay several instructions
    more an element (docs/notes-nvidia.md, v30). */
-#define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv) FCL_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv, fcl_exp2)
+#define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv) \
+  FCL_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv, fcl_exp2)
 
 #if DTYPE != 0
 /* Per-lane ldmatrix offsets (elements) within a tile of row stride DS. A operand (no transpose, rows of the

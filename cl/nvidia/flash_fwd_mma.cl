@@ -578,7 +578,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-              float x = fcl_alibi(rm, fcl_softcap(rm, s[mt][i][2 * hr + c] * sl2), ri, k0 + i * 8 + 2 * t + c);
+              const int col = k0 + i * 8 + 2 * t + c;
+              float x = fcl_alibi(rm, fcl_softcap(rm, s[mt][i][2 * hr + c] * sl2), ri, col);
 #if MASK
               x = fcl_add_mask(x, c ? mv.y : mv.x);
 #endif
