@@ -41,10 +41,11 @@ int mods_create(test_env *env, const test_mods *m, fcl_attention_desc *desc, mod
   if (m->mask) {
     const fcl_dtype t = m->mask == MASK_FULL_F32 ? FCL_DTYPE_F32 : m->mask == MASK_GGML_F16 ? FCL_DTYPE_F16 : FCL_DTYPE_BF16;
     long long stride[3], offset = 0;
-    /* Padded rows catch a wrong row stride: the f32 mask's at an odd offset and row stride, the ggml-style mask's
-       to an even one (as ggml pads its rows), which gives NVIDIA's forward the pair loads (MASK_PAIRS). */
-    const long long ld = m->mask == MASK_FULL_F32 ? Nk + 3 : m->mask == MASK_GGML_F16 ? (Nk + 2) & ~1LL : Nk;
-    if (m->mask == MASK_FULL_F32) stride[0] = H * Nq * ld, stride[1] = Nq * ld, stride[2] = ld, offset = 5;
+    /* Padded rows catch a wrong row stride. The f32 and ggml-style masks pad to an even row stride (as ggml pads
+       its rows), which gives NVIDIA's forward the pair loads (MASK_PAIRS); the bf16 mask's rows of Nk keys take
+       single loads where Nk is odd. */
+    const long long ld = m->mask == MASK_FULL_F32 ? (Nk + 3) & ~1LL : m->mask == MASK_GGML_F16 ? (Nk + 2) & ~1LL : Nk;
+    if (m->mask == MASK_FULL_F32) stride[0] = H * Nq * ld, stride[1] = Nq * ld, stride[2] = ld, offset = 4;
     else if (m->mask == MASK_GGML_F16) stride[0] = 0, stride[1] = 0, stride[2] = ld;
     else stride[0] = 0, stride[1] = Nq * ld, stride[2] = ld;
     const long long hb = stride[0] ? B : 1, hh = stride[1] ? H : 1;
