@@ -118,16 +118,6 @@ inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u;
 #define MMA3(c, ab, as, bb0, bb1, bs0, bs1) MMA3_HL(c, c, ab, as, bb0, bb1, bs0, bs1)
 #endif
 
-/* 2^x as one MUFU.EX2 instruction. native_exp2 compiles to ex2.approx.f32 without .ftz, which NVIDIA's compiler
-   wraps in a compare and two predicated multiplies to produce subnormal results: four instructions an
-   exponential, on the softmax's critical path. Here results below 2^-126 flush to zero: such a probability is
-   below float's resolution next to a row sum of at least 1, and its share of O below O's. */
-inline float fcl_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
-
 /* The mask values at p[0] and p[1] (MASK). With MASK_PAIRS (from the host: the mask's offset and strides are
    even, so the pair of an even key starts on 4 bytes, 8 for f32) by one load instead of two: a warp's mask load
    touches eight rows' cache lines, and halving the loads halves those accesses. */
