@@ -54,8 +54,9 @@ static void portable_backward_defines(const fcl_problem *p, const fcl_tile_plan 
 
 static void nvidia_backward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,
                                     char *out, size_t size) {
-  snprintf(out, size, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d -DFCL_PTX=1%s", which + 1,
-           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, which == FCL_BWD_DKDV ? t->br : t->bc, mods);
+  snprintf(out, size, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d -DFCL_PTX=1%s%s", which + 1,
+           (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, which == FCL_BWD_DKDV ? t->br : t->bc,
+           which == FCL_BWD_DQ && mask_pairs(p) ? " -DMASK_PAIRS=1" : "", mods);
 }
 
 #define FILES(f) f, (int)(sizeof f / sizeof f[0])

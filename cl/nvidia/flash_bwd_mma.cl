@@ -731,8 +731,10 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       }
 #endif
 
-    /* dS in place of S (P is not needed further here). */
-    if (SCORE_MODS || fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {
+    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts (and with
+       MASK_PAIRS those that start on an odd key) take each entry through the mask layer; whole tiles with
+       modifiers take them without the visibility tests, below. */
+    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk) || (MASK_PAIRS && (kc & 1))) {
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
@@ -743,7 +745,41 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
           MMA_P_DS(p, ds, &mods, s[i][e], dp[i][e], row, col, Lr[e >> 1], Dr[e >> 1]);
           s[i][e] = ds;
         }
-    } else {
+    }
+#if SCORE_MODS
+    else {
+      /* A tile every row sees whole: softcap, ALiBi and the mask alone, each row's mask through one pointer a
+         tile, a pair of keys a load with MASK_PAIRS. Rows past nq read row q_last's mask and, like a row that saw
+         nothing (L = -inf), get P = 0. */
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int ri = min(hr ? r1 : r0, q_last);
+        const int live = (Lr[hr] != -INFINITY) & ((hr ? r1 : r0) < nq);
+#if MASK
+        __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * t;
+#endif
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+#if MASK
+          const float2 mv = MASK_PAIR(mrow + i * 8);
+#endif
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = 2 * hr + c;
+            const float t_ = fcl_softcap(&mods, s[i][e] * qk_scale);
+            float x = fcl_alibi(&mods, t_, ri, kc + i * 8 + 2 * t + c);
+#if MASK
+            x = fcl_add_mask(x, c ? mv.y : mv.x);
+#endif
+            const float p = select(0.0f, fcl_exp2(x - Lr[hr]), live);
+            const float u = t_ * mods.inv_cap;
+            s[i][e] = p == 0.0f ? 0.0f : p * (dp[i][e] - Dr[hr]) * (SOFTCAP ? 1.0f - u * u : 1.0f);
+          }
+        }
+      }
+    }
+#else
+    else {
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
@@ -752,6 +788,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
           s[i][e] = p * (dp[i][e] - Dr[e >> 1]);
         }
     }
+#endif
     uint da[PT][PA_REGS];
     fcl_pack_a(da, s);
     /* dQ += dS K. */
