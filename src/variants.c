@@ -29,21 +29,27 @@ static void portable_forward_defines(const fcl_problem *p, const fcl_tile_plan *
            t->sg_required ? " -DSUBGROUP_REQUIRED=1" : "");
 }
 
-/* Whether p's mask holds each pair of keys from an even key in one aligned word (two for f32): its offset and
-   strides even (the buffer's base is aligned far beyond that). */
-static int mask_pairs(const fcl_problem *p) {
-  return p->mask && p->mask_offset % 2 == 0 && p->mask_stride[0] % 2 == 0 && p->mask_stride[1] % 2 == 0 &&
-         p->mask_stride[2] % 2 == 0;
+/* Whether p's mask offset and strides are multiples of elems (the buffer's base is aligned far beyond any). With 2,
+   each pair of keys from an even key is one aligned word (two for f32): MASK_PAIRS. */
+static int mask_aligned(const fcl_problem *p, int64_t elems) {
+  return p->mask && p->mask_offset % elems == 0 && p->mask_stride[0] % elems == 0 &&
+         p->mask_stride[1] % elems == 0 && p->mask_stride[2] % elems == 0;
 }
+static int mask_pairs(const fcl_problem *p) { return mask_aligned(p, 2); }
+
+/* Whether p's mask rows start on 16 bytes (offset and strides multiples of 8 elements of 2 bytes, 4 of f32), so
+   that the forward reads a lane's run of a row's keys 16 bytes a load (MASK_VEC). */
+static int mask_vec(const fcl_problem *p) { return mask_aligned(p, p->mask_dtype == FCL_DTYPE_F32 ? 4 : 8); }
 
 static void nvidia_forward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,
                                    char *out, size_t size) {
   (void)which;
   snprintf(out, size,
            "-DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DMT=%d -DBC=%d -DQSMEM=%d -DQREG=%d -DSTAGES=%d -DPACK=%d "
-           "-DSPLIT=%d -DMBAR_RING=%d -DFCL_PTX=1%s%s",
+           "-DSPLIT=%d -DMBAR_RING=%d -DFCL_PTX=1%s%s%s",
            (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, t->rm, t->bc, t->qsmem, t->qregs, t->stages, t->pack,
-           t->splits > 1, t->mbar_ring, mask_pairs(p) ? " -DMASK_PAIRS=1" : "", mods);
+           t->splits > 1, t->mbar_ring, mask_pairs(p) ? " -DMASK_PAIRS=1" : "", mask_vec(p) ? " -DMASK_VEC=1" : "",
+           mods);
 }
 
 static void portable_backward_defines(const fcl_problem *p, const fcl_tile_plan *t, int which, const char *mods,

@@ -42,9 +42,12 @@ int mods_create(test_env *env, const test_mods *m, fcl_attention_desc *desc, mod
     const fcl_dtype t = m->mask == MASK_FULL_F32 ? FCL_DTYPE_F32 : m->mask == MASK_GGML_F16 ? FCL_DTYPE_F16 : FCL_DTYPE_BF16;
     long long stride[3], offset = 0;
     /* Padded rows catch a wrong row stride. The f32 and ggml-style masks pad to an even row stride (as ggml pads
-       its rows), which gives NVIDIA's forward the pair loads (MASK_PAIRS); the bf16 mask's rows of Nk keys take
-       single loads where Nk is odd. */
-    const long long ld = m->mask == MASK_FULL_F32 ? (Nk + 3) & ~1LL : m->mask == MASK_GGML_F16 ? (Nk + 2) & ~1LL : Nk;
+       its rows), which gives NVIDIA's forward the pair loads (MASK_PAIRS), and where the stride comes out a
+       multiple of 16 bytes (f32 for about half the Nk, the ggml-style mask for every odd Nk) the runs of 16-byte
+       loads (MASK_VEC); the bf16 mask's rows of Nk keys take single loads where Nk is odd. */
+    const long long ld = m->mask == MASK_FULL_F32   ? (Nk + 3) & ~1LL
+                         : m->mask == MASK_GGML_F16 ? (Nk % 2 ? (Nk + 7) & ~7LL : Nk + 2)
+                                                    : Nk;
     if (m->mask == MASK_FULL_F32) stride[0] = H * Nq * ld, stride[1] = Nq * ld, stride[2] = ld, offset = 4;
     else if (m->mask == MASK_GGML_F16) stride[0] = 0, stride[1] = 0, stride[2] = ld;
     else stride[0] = 0, stride[1] = Nq * ld, stride[2] = ld;

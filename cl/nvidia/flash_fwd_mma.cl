@@ -81,6 +81,26 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define OT (DP / 8)     /* n8 tiles of O */
 #define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
+/* KEY_PERM (a mask whose rows start on 16 bytes, MASK_VEC from the host, and tiles of a multiple of 32 keys):
+   K and V tiles hold their keys in an order that gives each lane a run of consecutive keys. The accumulator of
+   S's n8 tile i holds, in lane (g, t), columns 2t and 2t + 1, which are local tile rows 8i + 2t and + 1; storing
+   key 2 NT a + 2i + c of the tile (a < 4, c < 2) at local row 8i + 2a + c makes lane t's columns over all i the
+   keys 2 NT t .. 2 NT t + 2 NT - 1, so its mask values come from one run of a row, 16 bytes a load, where the
+   natural order asks for a pair of keys a load at eight rows' lines each. V's rows are stored in the same order,
+   so P V, which pairs S's columns with V's local rows, sums the same products; the products' code is unchanged.
+   TILE_ROW(r) is the local row of the tile's key r, TILE_KEY(i, n) the key at column n of n8 tile i. */
+#if MASK && MASK_VEC && NT % 4 == 0
+#define KEY_PERM 1
+#define TILE_ROW(r) (8 * (((r) % (2 * NT)) >> 1) + 2 * ((r) / (2 * NT)) + ((r) & 1))
+#define TILE_KEY(i, n) (2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1))
+#else
+#define KEY_PERM 0
+#define TILE_ROW(r) (r)
+#define TILE_KEY(i, n) (8 * (i) + (n))
+#endif
+/* Whole tiles read the mask at keys k0 + ... by aligned loads: the cut path takes tiles whose first key is not a
+   multiple of MASK_ALIGN. */
+#define MASK_ALIGN (KEY_PERM ? 16 / (int)sizeof(mask_t) : MASK_PAIRS ? 2 : 1)
 #ifndef QSMEM
 #define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
 #endif
@@ -167,7 +187,7 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
         const int r = c / CH, cc = c % CH;
         const bool ok = k0 + r < nk && cc * EPC < D, in = ok && off[u] >= 0;
         bad |= ok && off[u] < 0;
-        CP_ASYNC16(dst + r * DS + cc * EPC, in ? src + (off[u] + cc * EPC) : src, in ? 16 : 0);
+        CP_ASYNC16(dst + TILE_ROW(r) * DS + cc * EPC, in ? src + (off[u] + cc * EPC) : src, in ? 16 : 0);
       }
     }
   }
@@ -178,7 +198,7 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
     for (int i = 0; i < NCOPY; ++i) {
       const int c = lid + i * WG, r = c / CH, cc = c % CH;
       if (c < BC * CH && k0 + r < nk && cc * EPC < D && rows[r] < 0)
-        *(__local uint4 *)(dst + r * DS + cc * EPC) = (uint4)(NAN2, NAN2, NAN2, NAN2);
+        *(__local uint4 *)(dst + TILE_ROW(r) * DS + cc * EPC) = (uint4)(NAN2, NAN2, NAN2, NAN2);
     }
   }
 }
@@ -194,15 +214,24 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
 #define RS (WG / CH)
   const int r0 = lid / CH, cc = lid % CH;
   __global const store_t *s0 = src + ((long)(k0 + r0) * sn + cc * EPC);
-  __local elem_t *d0 = dst + r0 * DS + cc * EPC;
+  __local elem_t *d0 = dst + TILE_ROW(r0) * DS + cc * EPC;
+  /* Local rows from d0 to copy i's (KEY_PERM: with RS a multiple of 2 NT, copy i's row is r0's plus 2 i RS / 2 NT) */
+#if !KEY_PERM
+#define COPY_STEP(i) ((i) * RS)
+#elif RS % (2 * NT) == 0
+#define COPY_STEP(i) ((i) * RS / NT)
+#else
+#define COPY_STEP(i) (TILE_ROW(r0 + (i) * RS) - TILE_ROW(r0))
+#endif
 #pragma unroll
   for (int i = 0; i < NCOPY; ++i) {
     const int r = r0 + i * RS;
     if (BC % RS == 0 || r < BC) {
       const bool ok = k0 + r < nk && cc * EPC < D;
-      CP_ASYNC16(d0 + i * RS * DS, ok ? s0 + i * RS * (int)sn : src, ok ? 16 : 0);
+      CP_ASYNC16(d0 + COPY_STEP(i) * DS, ok ? s0 + i * RS * (int)sn : src, ok ? 16 : 0);
     }
   }
+#undef COPY_STEP
 #undef RS
 #else
 #pragma unroll
@@ -212,7 +241,7 @@ inline void fcl_load_tile(__local elem_t *dst, __global const store_t *src, long
       const int r = c / CH, cc = c % CH;
       const bool ok = k0 + r < nk && cc * EPC < D;
       __global const store_t *s = ok ? src + (long)k0 * sn + (r * (int)sn + cc * EPC) : src;
-      CP_ASYNC16(dst + r * DS + cc * EPC, s, ok ? 16 : 0);
+      CP_ASYNC16(dst + TILE_ROW(r) * DS + cc * EPC, s, ok ? 16 : 0);
     }
   }
 #endif
@@ -541,10 +570,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
     RING_RELEASE(2 * j);
 
-    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either, and with MASK_PAIRS in
-       tiles that start on an odd key; rows beyond nq are never written): there every score goes through the
+    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either, and in tiles whose first
+       key is not a multiple of MASK_ALIGN; rows beyond nq are never written): there every score goes through the
        mask layer, with modifiers in log2 units. Other tiles take the modifiers alone, below. */
-    if (fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk) || (MASK_PAIRS && (k0 & 1))) {
+    if (fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk) || (MASK_ALIGN > 1 && (k0 & (MASK_ALIGN - 1)))) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -552,7 +581,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
-            const int col = k0 + i * 8 + 2 * t + (e & 1);
+            const int col = k0 + TILE_KEY(i, 2 * t + (e & 1));
             s[mt][i][e] = SCORE_MODS ? fcl_score(ROW_MODS(mt, e >> 1), s[mt][i][e] * sl2, ROW_I(row), col, nq, nk)
                                      : (fcl_visible(&mods, ROW_I(row), col, nk) ? s[mt][i][e] : -INFINITY);
           }
@@ -561,27 +590,35 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     else {
       /* A tile every row sees whole: softcap, ALiBi and the mask, without the visibility tests. Each row reads
          its mask through one pointer a tile, at offsets the compiler knows, a pair of keys a load with
-         MASK_PAIRS; rows past the block's last read its last row's (they are never written). */
+         MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM; rows past the block's last read its last row's (they are never written). */
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int ri = ROW_I(min(q0 + wrow + mt * 16 + g + hr * 8, last_row));
           const fcl_mods *rm = ROW_MODS(mt, hr);
-#if MASK
+#if MASK && KEY_PERM
+          /* The lane's keys of the tile are k0 + 2 NT t on, in a run (TILE_KEY): 16 bytes a load. */
+          __global const mask_t *mrow = rm->mask + (long)ri * rm->mask_sn + k0 + 2 * NT * t;
+          mask_pair_t mrun[NT];
+#pragma unroll
+          for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u) fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
+#define MASK_AT(i, c) ((c) ? MASK_PAIR_VALUES(mrun[i]).y : MASK_PAIR_VALUES(mrun[i]).x)
+#elif MASK
           __global const mask_t *mrow = rm->mask + (long)ri * rm->mask_sn + k0 + 2 * t;
+#define MASK_AT(i, c) ((c) ? mv.y : mv.x)
 #endif
 #pragma unroll
           for (int i = 0; i < NT; ++i) {
-#if MASK
+#if MASK && !KEY_PERM
             const float2 mv = MASK_PAIR(mrow + i * 8);
 #endif
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-              const int col = k0 + i * 8 + 2 * t + c;
+              const int col = k0 + TILE_KEY(i, 2 * t + c);
               float x = fcl_alibi(rm, fcl_softcap(rm, s[mt][i][2 * hr + c] * sl2), ri, col);
 #if MASK
-              x = fcl_add_mask(x, c ? mv.y : mv.x);
+              x = fcl_add_mask(x, MASK_AT(i, c));
 #endif
               s[mt][i][2 * hr + c] = x;
             }

@@ -124,12 +124,13 @@ inline uint fcl_tf32_big(float x) { return (as_uint(x) + 0x1000u) & 0xffffe000u;
 #ifndef MASK_PAIRS
 #define MASK_PAIRS 0
 #endif
+#ifndef MASK_VEC
+#define MASK_VEC 0 /* 1 (host): the mask's offset and strides are multiples of 16 bytes */
+#endif
 #if MASK && MASK_PAIRS
-inline float2 fcl_mask_pair(__global const mask_t *p) {
-#if MASK == 1
-  return *(__global const float2 *)p;
-#else
-  const uint w = *(__global const uint *)p;
+#if MASK != 1
+/* The two mask values of 2 bytes in the word w, the lower address first. */
+inline float2 fcl_mask_word(uint w) {
 #if MASK == 2
   float lo, hi;
   asm("{\n .reg .b16 l_, h_;\n mov.b32 {l_, h_}, %2;\n cvt.f32.f16 %0, l_;\n cvt.f32.f16 %1, h_;\n}\n"
@@ -139,8 +140,37 @@ inline float2 fcl_mask_pair(__global const mask_t *p) {
 #else
   return (float2)(as_float(w << 16), as_float(w & 0xffff0000u));
 #endif
+}
+#endif
+inline float2 fcl_mask_pair(__global const mask_t *p) {
+#if MASK == 1
+  return *(__global const float2 *)p;
+#else
+  return fcl_mask_word(*(__global const uint *)p);
 #endif
 }
+#if MASK_VEC
+/* A row's mask pairs (keys 2u, 2u + 1) as loaded: a word of two 2-byte values, or a float2; the values of pair w are
+   MASK_PAIR_VALUES(w), converted where they are used so that a run of them takes half the registers (2 bytes). */
+#if MASK == 1
+typedef float2 mask_pair_t;
+#define MASK_PAIR_VALUES(w) (w)
+#else
+typedef uint mask_pair_t;
+#define MASK_PAIR_VALUES(w) fcl_mask_word(w)
+#endif
+#define MASK_RUN_PAIRS (16 / (int)sizeof(mask_pair_t)) /* pairs a 16-byte load holds */
+/* The pairs of one 16-byte load at p (on 16 bytes: MASK_VEC) into out[0 .. MASK_RUN_PAIRS - 1]. */
+inline void fcl_mask_16(__global const mask_t *p, mask_pair_t *out) {
+#if MASK == 1
+  const float4 a = *(__global const float4 *)p;
+  out[0] = a.xy, out[1] = a.zw;
+#else
+  const uint4 w = *(__global const uint4 *)p;
+  out[0] = w.x, out[1] = w.y, out[2] = w.z, out[3] = w.w;
+#endif
+}
+#endif
 #define MASK_PAIR(p) fcl_mask_pair(p)
 #elif MASK
 #define MASK_PAIR(p) ((float2)(MASK_LOAD((p), 0), MASK_LOAD((p), 1)))
