@@ -590,7 +590,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
     else {
       /* A tile every row sees whole: softcap, ALiBi and the mask, without the visibility tests. Each row reads
          its mask through one pointer a tile, at offsets the compiler knows, a pair of keys a load with
-         MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM; rows past the block's last read its last row's (they are never written). */
+         MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM; rows past the block's last read its last
+         row's (they are never written). */
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
