@@ -60,6 +60,11 @@ static int full_cases(fwd_case *list) {
   n = add(list, n, (fwd_case){1, 16, 2, 16, 1500, 64, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 0, 1, band});
   n = add(list, n, (fwd_case){2, 8, 1, 2, 3001, 256, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 1, ggml});
   n = add(list, n, (fwd_case){1, 8, 2, 7, 999, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1, near});
+  /* Per-head masks whose rows start on 16 bytes (f32 rows of 704, bf16 rows of 704) without a sliding window, so
+     that whole tiles of packed rows take NVIDIA's 16-byte mask runs, each row from its own head's mask. */
+  const test_mods head_f32 = {0, 1, MASK_FULL_F32, 0, 0, 0, 0, 0}, head_bf16 = {0, 0, MASK_HEAD_BF16, 0, 0, 0, 0, 0};
+  n = add(list, n, (fwd_case){1, 8, 2, 2, 701, 128, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1, head_f32});
+  n = add(list, n, (fwd_case){1, 8, 2, 3, 704, 64, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1, head_bf16});
   return n;
 }
 

@@ -76,7 +76,8 @@ static int modifier_cases(fwd_case *list, int n) {
   n = add(list, n, (fwd_case){2, 2, 0, 29, 47, 64, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, mask_head});
   n = add(list, n, (fwd_case){2, 4, 4, 64, 64, 64, FCL_DTYPE_BF16, 0, LAYOUT_BHND, 0, 1, alibi_mask});
   /* Masks whose rows start on 16 bytes over whole key tiles: NVIDIA's forward reads them 16 bytes a load
-     (MASK_VEC) at 32-key tiles (f16 at head_dim 128, f32 at 64), 64-key tiles (bf16 at 64) and causal. */
+     (MASK_VEC): f16 data at head_dim 128, bf16 at 64, f32 at 64 and causal f16 at 128 (the tile widths are the
+     planner's: 32, 64 and 128 keys among them). */
   n = add(list, n, (fwd_case){1, 3, 0, 70, 203, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1, mask_ggml});
   n = add(list, n, (fwd_case){2, 2, 0, 50, 141, 64, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 1, mask_ggml});
   n = add(list, n, (fwd_case){1, 2, 0, 40, 93, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, mask_f32});

@@ -81,7 +81,9 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define OT (DP / 8)     /* n8 tiles of O */
 #define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
-/* KEY_PERM (a mask whose rows start on 16 bytes, MASK_VEC from the host, and tiles of a multiple of 32 keys):
+/* KEY_PERM (a mask whose rows start on 16 bytes, MASK_VEC from the host, tiles of a multiple of 32 keys, and no
+   sliding window, whose tiles start wherever the block's window does, mostly off a multiple of 16 bytes, so that
+   every tile would take the per-entry path below where pairs need only an even start):
    K and V tiles hold their keys in an order that gives each lane a run of consecutive keys. The accumulator of
    S's n8 tile i holds, in lane (g, t), columns 2t and 2t + 1, which are local tile rows 8i + 2t and + 1; storing
    key 2 NT a + 2i + c of the tile (a < 4, c < 2) at local row 8i + 2a + c makes lane t's columns over all i the
@@ -89,7 +91,7 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
    natural order asks for a pair of keys a load at eight rows' lines each. V's rows are stored in the same order,
    so P V, which pairs S's columns with V's local rows, sums the same products; the products' code is unchanged.
    TILE_ROW(r) is the local row of the tile's key r, TILE_KEY(i, n) the key at column n of n8 tile i. */
-#if MASK && MASK_VEC && NT % 4 == 0
+#if MASK && MASK_VEC && NT % 4 == 0 && WINDOW != 2
 #define KEY_PERM 1
 #define TILE_ROW(r) (8 * (((r) % (2 * NT)) >> 1) + 2 * ((r) / (2 * NT)) + ((r) & 1))
 #define TILE_KEY(i, n) (2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1))
