@@ -1,7 +1,8 @@
 /* Which forward kernel variant runs, and that the tensor-core one is right where it runs.
  *
  * 0. The variant table (src/variants.c): each operation's entries end with its one portable variant, every
- *    file is an embedded source, and every planner's plans name their own entry.
+ *    file is an embedded source, and every planner's plans name their own entry; the NVIDIA kernels' mask loads
+ *    by the mask's alignment (their defines).
  * 1. The pure planner over made-up devices: the tensor-core plan applies only to NVIDIA platforms of
  *    compute capability 8.0 and up, head_dim a multiple of 8 up to 256 (f16/bf16) or 128 (f32, 3xTF32),
  *    16-byte aligned rows, scale > 0, and not under FCL_FLAG_PORTABLE_ONLY; its tiles fit local memory.
@@ -59,6 +60,51 @@ static void table_cases(void) {
     check(last && last->vendor == FCL_VENDOR_OTHER && portable == 1 && strcmp(last->name, "portable") == 0,
           "table: the %s variants end with the one portable variant", op == FCL_OP_FORWARD ? "forward" : "backward");
   }
+}
+
+/* The NVIDIA kernels' mask loads, from the host's defines (src/variants.c): pairs of keys where the mask's offset and
+   strides are even, 16-byte runs in the forward where they are multiples of 16 bytes (8 elements of 2 bytes, 4 of
+   f32; broadcast strides of 0 count as any), pairs alone in the backward's dQ kernel, neither in its dK/dV kernel. */
+static void mask_define_cases(void) {
+  static const struct {
+    fcl_dtype dtype;
+    int64_t offset, head_stride, row_stride;
+    int pairs, runs;
+  } m[] = {
+      {FCL_DTYPE_F16, 0, 0, 4096, 1, 1},          {FCL_DTYPE_F16, 8, 409600, 4096, 1, 1},
+      {FCL_DTYPE_F16, 0, 0, 4098, 1, 0},          {FCL_DTYPE_F16, 2, 0, 4096, 1, 0},
+      {FCL_DTYPE_F16, 0, 4100, 4096, 1, 0},       {FCL_DTYPE_BF16, 0, 0, 4097, 0, 0},
+      {FCL_DTYPE_BF16, 1, 0, 4096, 0, 0},         {FCL_DTYPE_F32, 4, 400, 100, 1, 1},
+      {FCL_DTYPE_F32, 0, 0, 102, 1, 0},           {FCL_DTYPE_F32, 0, 0, 101, 0, 0},
+  };
+  const fcl_variant *fwd = &fcl_variants[FCL_VARIANT_NVIDIA_FORWARD], *bwd = &fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD];
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; ++i) {
+    fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
+    p.mask = (cl_mem)&p; /* the defines only test it against NULL */
+    p.mask_dtype = m[i].dtype;
+    p.mask_offset = m[i].offset;
+    p.mask_stride[0] = 0, p.mask_stride[1] = m[i].head_stride, p.mask_stride[2] = m[i].row_stride;
+    fcl_tile_plan t;
+    memset(&t, 0, sizeof t);
+    char f[512], dq[512], dkdv[512];
+    fwd->defines(&p, &t, 0, "", f, sizeof f);
+    bwd->defines(&p, &t, FCL_BWD_DQ, "", dq, sizeof dq);
+    bwd->defines(&p, &t, FCL_BWD_DKDV, "", dkdv, sizeof dkdv);
+    const int fp = strstr(f, " -DMASK_PAIRS=1") != NULL, fr = strstr(f, " -DMASK_VEC=1") != NULL;
+    const int qp = strstr(dq, " -DMASK_PAIRS=1") != NULL, qr = strstr(dq, " -DMASK_VEC=1") != NULL;
+    check(fp == m[i].pairs && fr == m[i].runs && qp == m[i].pairs && !qr && !strstr(dkdv, "-DMASK_"),
+          "mask loads: %s mask, offset %lld, head stride %lld, row stride %lld: pairs %d, runs %d in the forward "
+          "(%d, %d), pairs %d and no runs in dQ (%d, %d), neither in dK/dV",
+          m[i].dtype == FCL_DTYPE_F32 ? "f32" : m[i].dtype == FCL_DTYPE_F16 ? "f16" : "bf16", (long long)m[i].offset,
+          (long long)m[i].head_stride, (long long)m[i].row_stride, m[i].pairs, m[i].runs, fp, fr, m[i].pairs, qp, qr);
+  }
+  /* Without a mask, neither. */
+  fcl_problem p = problem(128, FCL_DTYPE_F16, 0);
+  fcl_tile_plan t;
+  memset(&t, 0, sizeof t);
+  char f[512];
+  fwd->defines(&p, &t, 0, "", f, sizeof f);
+  check(!strstr(f, "-DMASK_"), "mask loads: no mask, no mask defines in the forward");
 }
 
 /* The tensor-core forward's plan for desc, with paged keys when `paged` (a stand-in block table, set before
@@ -647,6 +693,7 @@ static void expect(fcl_context *ctx, const char *ctx_name, int64_t d, fcl_dtype 
 int main(void) {
   test_seed();
   table_cases();
+  mask_define_cases();
   planner_cases();
   backward_planner_cases();
 
