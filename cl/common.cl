@@ -236,6 +236,10 @@ inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk)
   const bool ok = fcl_score_ok(m, i, j, nq, nk);
   return select(-INFINITY, fcl_bias(m, fcl_softcap(m, s), i, j, ok), (int)ok);
 }
+/* dS of one entry from its P, dp = dO.v, Dv = rowsum(dO O) and u = softcapped score / cap: P (dp - Dv) times the
+   softcap's derivative 1 - u^2, and 0 wherever P is (whatever dp holds). A macro, so that the kernels' code stays
+   as the compiler saw it written out in place (a function changed clang's branches in the backward kernels). */
+#define FCL_DS(p, dp, Dv, u) ((p) == 0.0f ? 0.0f : (p) * ((dp) - (Dv)) * (SOFTCAP ? 1.0f - (u) * (u) : 1.0f))
 /* The backward's P and dS of one (row, key) from the raw score s = q.k and dp = dO.v, through the mask layer of
    m_ (a pointer): P = 2^(modified score - L) with L = lse log2(e), by EXP2; dS = P (dp - Dv), times the softcap's
    derivative. Entries that take no part (fcl_score_ok), those a mask gives -inf, and every entry of a row that saw
@@ -247,7 +251,7 @@ inline float fcl_score(const fcl_mods *m, float s, int i, int j, int nq, int nk)
     const float p_ = select(0.0f, EXP2(fcl_bias((m_), t_, (row), (key), ok_) - (L)), (int)ok_);       \
     const float u_ = t_ * (m_)->inv_cap;                                                               \
     (p_out) = p_;                                                                                      \
-    (ds_out) = p_ == 0.0f ? 0.0f : p_ * ((dp) - (Dv)) * (SOFTCAP ? 1.0f - u_ * u_ : 1.0f);             \
+    (ds_out) = FCL_DS(p_, (dp), (Dv), u_);                                                             \
   } while (0)
 /* The sink logit of head h in log2 units (SINKS only). */
 #define FCL_SINK(h) (sinks[h] * FCL_LOG2E)

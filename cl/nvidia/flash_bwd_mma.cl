@@ -85,6 +85,7 @@ typedef ushort elem_t;
 #error "flash_bwd_mma: inconsistent tile defines"
 #endif
 #define SCORE_MODS (SOFTCAP || ALIBI || MASK)
+#define KEY_PERM 0 /* K and V tiles in their natural order; the dQ kernel reads the mask by pairs (ptx.cl) */
 
 /* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
    The row offset within the tile fits an int (the host bounds the row stride by 2^22). */
@@ -731,10 +732,10 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       }
 #endif
 
-    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts (and with
-       MASK_PAIRS those that start on an odd key) take each entry through the mask layer; whole tiles with
+    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts (and those
+       whose first key is not a multiple of MASK_ALIGN) take each entry through the mask layer; whole tiles with
        modifiers take them without the visibility tests, below. */
-    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk) || (MASK_PAIRS && (kc & 1))) {
+    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk) || (MASK_ALIGN > 1 && (kc & (MASK_ALIGN - 1)))) {
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
@@ -773,7 +774,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #endif
             const float p = select(0.0f, fcl_exp2(x - Lr[hr]), live);
             const float u = t_ * mods.inv_cap;
-            s[i][e] = p == 0.0f ? 0.0f : p * (dp[i][e] - Dr[hr]) * (SOFTCAP ? 1.0f - u * u : 1.0f);
+            s[i][e] = FCL_DS(p, dp[i][e], Dr[hr], u);
           }
         }
       }

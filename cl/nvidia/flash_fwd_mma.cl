@@ -81,28 +81,9 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define OT (DP / 8)     /* n8 tiles of O */
 #define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
-/* KEY_PERM (a mask whose rows start on 16 bytes, MASK_VEC from the host, tiles of a multiple of 32 keys, and no
-   sliding window, whose tiles start wherever the block's window does, mostly off a multiple of 16 bytes, so that
-   every tile would take the per-entry path below where pairs need only an even start):
-   K and V tiles hold their keys in an order that gives each lane a run of consecutive keys. The accumulator of
-   S's n8 tile i holds, in lane (g, t), columns 2t and 2t + 1, which are local tile rows 8i + 2t and + 1; storing
-   key 2 NT a + 2i + c of the tile (a < 4, c < 2) at local row 8i + 2a + c makes lane t's columns over all i the
-   keys 2 NT t .. 2 NT t + 2 NT - 1, so its mask values come from one run of a row, 16 bytes a load, where the
-   natural order asks for a pair of keys a load at eight rows' lines each. V's rows are stored in the same order,
-   so P V, which pairs S's columns with V's local rows, sums the same products; the products' code is unchanged.
-   TILE_ROW(r) is the local row of the tile's key r, TILE_KEY(i, n) the key at column n of n8 tile i. */
-#if MASK && MASK_VEC && NT % 4 == 0 && WINDOW != 2
-#define KEY_PERM 1
-#define TILE_ROW(r) (8 * (((r) % (2 * NT)) >> 1) + 2 * ((r) / (2 * NT)) + ((r) & 1))
-#define TILE_KEY(i, n) (2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1))
-#else
-#define KEY_PERM 0
-#define TILE_ROW(r) (r)
-#define TILE_KEY(i, n) (8 * (i) + (n))
-#endif
-/* Whole tiles read the mask at keys k0 + ... by aligned loads: the cut path takes tiles whose first key is not a
-   multiple of MASK_ALIGN. */
-#define MASK_ALIGN (KEY_PERM ? 16 / (int)sizeof(mask_t) : MASK_PAIRS ? 2 : 1)
+/* K and V tiles in lane-run order where the mask's rows start on 16 bytes and no sliding window places the tiles
+   (ptx.cl's KEY_PERM). */
+#define KEY_PERM (MASK && MASK_VEC && NT % 4 == 0 && WINDOW != 2)
 #ifndef QSMEM
 #define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
 #endif
@@ -605,15 +586,16 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
           __global const mask_t *mrow = rm->mask + (long)ri * rm->mask_sn + k0 + 2 * NT * t;
           mask_pair_t mrun[NT];
 #pragma unroll
-          for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u) fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
-#define MASK_AT(i, c) ((c) ? MASK_PAIR_VALUES(mrun[i]).y : MASK_PAIR_VALUES(mrun[i]).x)
+          for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u)
+            fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
 #elif MASK
           __global const mask_t *mrow = rm->mask + (long)ri * rm->mask_sn + k0 + 2 * t;
-#define MASK_AT(i, c) ((c) ? mv.y : mv.x)
 #endif
 #pragma unroll
           for (int i = 0; i < NT; ++i) {
-#if MASK && !KEY_PERM
+#if MASK && KEY_PERM
+            const float2 mv = MASK_PAIR_VALUES(mrun[i]);
+#elif MASK
             const float2 mv = MASK_PAIR(mrow + i * 8);
 #endif
 #pragma unroll
@@ -621,7 +603,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
               const int col = k0 + TILE_KEY(i, 2 * t + c);
               float x = fcl_alibi(rm, fcl_softcap(rm, s[mt][i][2 * hr + c] * sl2), ri, col);
 #if MASK
-              x = fcl_add_mask(x, MASK_AT(i, c));
+              x = fcl_add_mask(x, c ? mv.y : mv.x);
 #endif
               s[mt][i][2 * hr + c] = x;
             }
