@@ -65,6 +65,9 @@ static int full_cases(fwd_case *list) {
   const test_mods head_f32 = {0, 1, MASK_FULL_F32, 0, 0, 0, 0, 0}, head_bf16 = {0, 0, MASK_HEAD_BF16, 0, 0, 0, 0, 0};
   n = add(list, n, (fwd_case){1, 8, 2, 2, 701, 128, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1, head_f32});
   n = add(list, n, (fwd_case){1, 8, 2, 3, 704, 64, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1, head_bf16});
+  /* A window whose first key is odd over a ggml mask of 16-byte rows: rounded down to the mask loads' alignment. */
+  const test_mods window_ggml = {0, 0, MASK_GGML_F16, 0, 1, 601, 0, 0};
+  n = add(list, n, (fwd_case){1, 8, 2, 1, 1501, 128, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1, window_ggml});
   return n;
 }
 

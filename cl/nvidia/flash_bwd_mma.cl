@@ -85,15 +85,22 @@ typedef ushort elem_t;
 #error "flash_bwd_mma: inconsistent tile defines"
 #endif
 #define SCORE_MODS (SOFTCAP || ALIBI || MASK)
-#define KEY_PERM 0 /* K and V tiles in their natural order; the dQ kernel reads the mask by pairs (ptx.cl) */
+/* The dQ kernel's K and V tiles in lane-run order where the mask's rows start on 16 bytes and no sliding window
+   places the tiles (ptx.cl's KEY_PERM), with 64-key tiles or f32: there the runs took 4% (f16, head_dim 64) and
+   1.6% (f32) off the masked backward on an H100, while 32-key f16 and bf16 tiles ran 0.6-1.1% slower with them
+   (docs/notes-nvidia.md, v33). */
+#define KEY_PERM (MMA_KIND == 2 && MASK && MASK_VEC && NT % 4 == 0 && (NT % 8 == 0 || DTYPE == 0) && WINDOW != 2)
 
 /* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
-   The row offset within the tile fits an int (the host bounds the row stride by 2^22). */
-inline void fcl_load_rows(__local elem_t *dst, __global const store_t *src, long sn, int r0, int rows, int n, int lid) {
+   The row offset within the tile fits an int (the host bounds the row stride by 2^22). With perm (the dQ
+   kernel's K and V tiles under KEY_PERM, ptx.cl) row r goes to local row TILE_ROW(r). */
+inline void fcl_load_rows(__local elem_t *dst, __global const store_t *src, long sn, int r0, int rows, int n, int lid,
+                          int perm) {
   for (int c = lid; c < rows * CH; c += WG) {
     const int r = c / CH, cc = c % CH;
     const bool ok = r0 + r < n && cc * EPC < D;
-    CP_ASYNC16(dst + r * DS + cc * EPC, ok ? src + (long)r0 * sn + (r * (int)sn + cc * EPC) : src, ok ? 16 : 0);
+    __global const store_t *s = ok ? src + (long)r0 * sn + (r * (int)sn + cc * EPC) : src;
+    CP_ASYNC16(dst + (perm ? TILE_ROW(r) : r) * DS + cc * EPC, s, ok ? 16 : 0);
   }
 }
 
@@ -355,16 +362,16 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const int nsteps = qtiles * group;
 
 #if KV_LOCAL
-  fcl_load_rows(Ks, k + kbase, k_sn, k0, BM, nk, lid);
-  fcl_load_rows(Vs, v + vbase, v_sn, k0, BM, nk, lid);
+  fcl_load_rows(Ks, k + kbase, k_sn, k0, BM, nk, lid, 0);
+  fcl_load_rows(Vs, v + vbase, v_sn, k0, BM, nk, lid, 0);
   CP_ASYNC_COMMIT();
 #endif
   /* Step s's Q and dO rows into buffer s & 1 (one commit group), and its rows' lse and Dvec. */
 #define STEP_LOAD(s_)                                                                                  \
   do {                                                                                               \
     const int h_ = hk * group + (s_) / qtiles, q0_ = q_begin + ((s_) % qtiles) * BN, buf_ = (s_) & 1;  \
-    fcl_load_rows(Qs + buf_ * STEP_ELEMS, q + qbase0 + h_ * q_sh, q_sn, q0_, BN, nq, lid);            \
-    fcl_load_rows(dOs + buf_ * STEP_ELEMS, d_o + obase0 + h_ * o_sh, o_sn, q0_, BN, nq, lid);         \
+    fcl_load_rows(Qs + buf_ * STEP_ELEMS, q + qbase0 + h_ * q_sh, q_sn, q0_, BN, nq, lid, 0);         \
+    fcl_load_rows(dOs + buf_ * STEP_ELEMS, d_o + obase0 + h_ * o_sh, o_sn, q0_, BN, nq, lid, 0);      \
     CP_ASYNC_COMMIT();                                                                               \
     for (int r_ = lid; r_ < BN; r_ += WG) {                                                          \
       const bool in_ = q0_ + r_ < nq;                                                                \
@@ -621,12 +628,13 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   FCL_MODS_INIT(mods, b, h, nq, nk);
   /* A sequence whose key indices did not fit computes nothing and gets NaN dQ. */
   const int q_last = min(q0 + BM, nq) - 1;
-  const int kv_begin = fcl_key_begin(&mods, q0);
+  /* Rounded down to MASK_ALIGN, as the forward rounds its first key (its comment says why). */
+  const int kv_begin = fcl_key_begin(&mods, q0) & ~(MASK_ALIGN - 1);
   const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, q_last, nk);
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
   if (ntiles > 0) {
-    fcl_load_rows(Ks, kh, k_sn, kv_begin, BN, nk, lid);
-    fcl_load_rows(Vs, vh, v_sn, kv_begin, BN, nk, lid);
+    fcl_load_rows(Ks, kh, k_sn, kv_begin, BN, nk, lid, KEY_PERM);
+    fcl_load_rows(Vs, vh, v_sn, kv_begin, BN, nk, lid, KEY_PERM);
     CP_ASYNC_COMMIT();
   }
 
@@ -703,8 +711,8 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     barrier(CLK_LOCAL_MEM_FENCE); /* ... and for all; every warp is done with the other buffer (tile j - 1) */
     if (j + 1 < ntiles) {
       const int nb = ((j + 1) & 1) * BN * DS;
-      fcl_load_rows(Ks + nb, kh, k_sn, kc + BN, BN, nk, lid);
-      fcl_load_rows(Vs + nb, vh, v_sn, kc + BN, BN, nk, lid);
+      fcl_load_rows(Ks + nb, kh, k_sn, kc + BN, BN, nk, lid, KEY_PERM);
+      fcl_load_rows(Vs + nb, vh, v_sn, kc + BN, BN, nk, lid, KEY_PERM);
       CP_ASYNC_COMMIT();
     }
 
@@ -741,7 +749,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = q0 + wrow + g + (e >> 1) * 8;
-          const int col = kc + i * 8 + 2 * t + (e & 1);
+          const int col = kc + TILE_KEY(i, 2 * t + (e & 1));
           float p, ds;
           MMA_P_DS(p, ds, &mods, s[i][e], dp[i][e], row, col, Lr[e >> 1], Dr[e >> 1]);
           s[i][e] = ds;
@@ -750,25 +758,34 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #if SCORE_MODS
     else {
       /* A tile every row sees whole: softcap, ALiBi and the mask alone, each row's mask through one pointer a
-         tile, a pair of keys a load with MASK_PAIRS. Rows past nq read row q_last's mask and, like a row that saw
-         nothing (L = -inf), get P = 0. */
+         tile, a pair of keys a load with MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM (as the
+         forward reads it). Rows past nq read row q_last's mask and, like a row that saw nothing (L = -inf), get
+         P = 0. */
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int ri = min(hr ? r1 : r0, q_last);
         const int live = (Lr[hr] != -INFINITY) & ((hr ? r1 : r0) < nq);
-#if MASK
+#if MASK && KEY_PERM
+        __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * NT * t;
+        mask_pair_t mrun[NT];
+#pragma unroll
+        for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u)
+          fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
+#elif MASK
         __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * t;
 #endif
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-#if MASK
+#if MASK && KEY_PERM
+          const float2 mv = MASK_PAIR_VALUES(mrun[i]);
+#elif MASK
           const float2 mv = MASK_PAIR(mrow + i * 8);
 #endif
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int e = 2 * hr + c;
             const float t_ = fcl_softcap(&mods, s[i][e] * qk_scale);
-            float x = fcl_alibi(&mods, t_, ri, kc + i * 8 + 2 * t + c);
+            float x = fcl_alibi(&mods, t_, ri, kc + TILE_KEY(i, 2 * t + c));
 #if MASK
             x = fcl_add_mask(x, c ? mv.y : mv.x);
 #endif

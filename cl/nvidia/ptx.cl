@@ -193,6 +193,9 @@ inline void fcl_mask_16(__global const mask_t *p, mask_pair_t *out) {
 #define TILE_KEY(i, n) (KEY_PERM ? 2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1) : 8 * (i) + (n))
 #define MASK_ALIGN (KEY_PERM ? 16 / (int)sizeof(mask_t) : MASK_PAIRS ? 2 : 1)
 
+/* A hint to bring the line at p into L1 (prefetch.global.L1): no register waits for it. */
+inline void fcl_prefetch_l1(__global const void *p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+
 /* 1 when p is non-zero in any lane of the warp. */
 inline int fcl_warp_any(int p) {
   int r;
