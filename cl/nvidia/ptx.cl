@@ -176,9 +176,8 @@ inline void fcl_mask_16(__global const mask_t *p, mask_pair_t *out) {
 #define MASK_PAIR(p) ((float2)(MASK_LOAD((p), 0), MASK_LOAD((p), 1)))
 #endif
 
-/* KEY_PERM (each kernel defines it: a mask whose rows start on 16 bytes, MASK_VEC from the host, key tiles of NT
-   n8 tiles, NT a multiple of 4, and no sliding window, whose tiles start wherever the block's window does, mostly
-   off a multiple of 16 bytes, so that every tile would take the per-entry path): the local K and V tiles hold
+/* KEY_PERM (each kernel defines it, with its own conditions: a mask whose rows start on 16 bytes, MASK_VEC from the
+   host, and key tiles of NT n8 tiles, NT a multiple of 4, among them): the local K and V tiles hold
    their keys in an order that gives each lane a run of consecutive keys. The accumulator of S's n8 tile i holds,
    in lane (g, t), columns 2t and 2t + 1, which are local tile rows 8i + 2t and + 1; storing the tile's key
    2 NT a + 2i + c (a < 4, c < 2) at local row 8i + 2a + c makes lane t's columns over all i the keys
@@ -188,7 +187,7 @@ inline void fcl_mask_16(__global const mask_t *p, mask_pair_t *out) {
    destination rows (TILE_ROW(r): the local row of the tile's key r) and the keys the modifiers and visibility
    tests see (TILE_KEY(i, n): the key at column n of n8 tile i). Whole tiles read the mask at keys k0 + ... by
    aligned loads (pairs with MASK_PAIRS, runs with KEY_PERM), so tiles whose first key is not a multiple of
-   MASK_ALIGN take each entry through the mask layer. */
+   MASK_ALIGN take each entry through the mask layer; the kernels round a windowed block's first key down to it. */
 #define TILE_ROW(r) (KEY_PERM ? 8 * (((r) % (2 * NT)) >> 1) + 2 * ((r) / (2 * NT)) + ((r) & 1) : (r))
 #define TILE_KEY(i, n) (KEY_PERM ? 2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1) : 8 * (i) + (n))
 #define MASK_ALIGN (KEY_PERM ? 16 / (int)sizeof(mask_t) : MASK_PAIRS ? 2 : 1)
