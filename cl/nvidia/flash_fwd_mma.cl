@@ -81,9 +81,9 @@ typedef uint qfrag_t; /* the pair at columns 2t, 2t + 1 (4-byte aligned: every r
 #define OT (DP / 8)     /* n8 tiles of O */
 #define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
 #define TILE (BC * DS)
-/* K and V tiles in lane-run order where the mask's rows start on 16 bytes (ptx.cl's KEY_PERM); not yet with a
-   sliding window (measured faster, bench/nv_dev/patches/window_mask_runs.patch, not yet run through the tests). */
-#define KEY_PERM (MASK && MASK_VEC && NT % 4 == 0 && WINDOW != 2)
+/* K and V tiles in lane-run order where the mask's rows start on 16 bytes (ptx.cl's KEY_PERM), with a sliding
+   window too: 5% off an f16 mask under a window at head_dim 128 on an H100 (docs/notes-nvidia.md, v33). */
+#define KEY_PERM (MASK && MASK_VEC && NT % 4 == 0)
 #ifndef QSMEM
 #define QSMEM 0 /* 1: Q stays in local memory and its fragments are loaded per k step (frees registers) */
 #endif
