@@ -69,6 +69,10 @@ static int modifier_cases(listed *list, int n) {
   const test_mods mask_f32 = {0, 0, MASK_FULL_F32, 0, 0, 0, 0, 0};
   n = add(list, n, (bwd_case){1, 2, 0, 70, 203, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 0, mask}, 0);
   n = add(list, n, (bwd_case){1, 2, 1, 40, 141, 64, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 0, mask_f32}, 0);
+  /* A sliding window whose dQ blocks start on odd keys over a mask read by pairs: the first key is rounded down to
+     an even one. */
+  const test_mods window_ggml = {0, 0, MASK_GGML_F16, 0, 1, 251, 60, 0};
+  n = add(list, n, (bwd_case){1, 2, 0, 400, 460, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 0, window_ggml}, 0);
   n = add(list, n, (bwd_case){1, 2, 0, 200, 20, 32, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 0, window}, 0);
   n = add(list, n, (bwd_case){1, 2, 0, 300, 1000, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 0, window_causal}, 1);
   return n;

@@ -82,8 +82,8 @@ static int modifier_cases(fwd_case *list, int n) {
   n = add(list, n, (fwd_case){2, 2, 0, 50, 141, 64, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 1, mask_ggml});
   n = add(list, n, (fwd_case){1, 2, 0, 40, 93, 64, FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1, mask_f32});
   n = add(list, n, (fwd_case){1, 2, 0, 90, 93, 128, FCL_DTYPE_F16, 1, LAYOUT_BHND, 0, 1, mask_f32});
-  /* The same with a sliding window whose blocks start on odd keys and still hold whole tiles (32 and 64 keys): the
-     first key is rounded down to the mask loads' alignment. */
+  /* The same with a sliding window whose blocks start off the mask loads' 8-key alignment and still hold whole tiles
+     (32 and 64 keys): the first key is rounded down to it. */
   const test_mods window_ggml = {0, 0, MASK_GGML_F16, 0, 1, 251, 60, 0};
   n = add(list, n, (fwd_case){1, 2, 0, 400, 461, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 1, window_ggml});
   n = add(list, n, (fwd_case){1, 2, 0, 300, 461, 64, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 1, window_ggml});
