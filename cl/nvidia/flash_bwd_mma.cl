@@ -628,8 +628,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   FCL_MODS_INIT(mods, b, h, nq, nk);
   /* A sequence whose key indices did not fit computes nothing and gets NaN dQ. */
   const int q_last = min(q0 + BM, nq) - 1;
-  /* Rounded down to MASK_ALIGN, as the forward rounds its first key (its comment says why). */
-  const int kv_begin = fcl_key_begin(&mods, q0) & ~(MASK_ALIGN - 1);
+  const int kv_begin = FCL_BLOCK_KEY_BEGIN(&mods, q0);
   const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, q_last, nk);
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
   if (ntiles > 0) {
@@ -740,10 +739,9 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       }
 #endif
 
-    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts (and those
-       whose first key is not a multiple of MASK_ALIGN) take each entry through the mask layer; whole tiles with
-       modifiers take them without the visibility tests, below. */
-    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk) || (MASK_ALIGN > 1 && (kc & (MASK_ALIGN - 1)))) {
+    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts take each
+       entry through the mask layer; whole tiles with modifiers take them without the visibility tests, below. */
+    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll

@@ -299,10 +299,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
   FCL_MODS_INIT(mods, b, h, nq, nk);
   const int last_row = min(q0 + BR, nrows) - 1;
   const int i_first = ROW_I(q0), i_last = ROW_I(last_row);
-  /* With a sliding window the first key rounded down to MASK_ALIGN, so that the block's tiles start where whole
-     ones read the mask by pairs or runs; the keys before the window fall in the first tile, which the window
-     cuts, and the per-entry path hides them. */
-  const int key0 = fcl_key_begin(&mods, i_first) & ~(MASK_ALIGN - 1);
+  const int key0 = FCL_BLOCK_KEY_BEGIN(&mods, i_first);
 #if SPLIT
   /* Split-KV: this work-group's chunk of them. */
   const int2 keys = fcl_split_keys(key0, fcl_key_end(&mods, i_last, nk), BC, split, splits);
@@ -557,10 +554,10 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #endif
     RING_RELEASE(2 * j);
 
-    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either, and in tiles whose first
-       key is not a multiple of MASK_ALIGN; rows beyond nq are never written): there every score goes through the
-       mask layer, with modifiers in log2 units. Other tiles take the modifiers alone, below. */
-    if (fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk) || (MASK_ALIGN > 1 && (k0 & (MASK_ALIGN - 1)))) {
+    /* Hide keys outside a row's window or beyond nk (only in tiles that reach either; rows beyond nq are never
+       written): there every score goes through the mask layer, with modifiers in log2 units. Other tiles take the
+       modifiers alone, below. */
+    if (fcl_tile_masked(&mods, i_first, i_last, k0, BC, nk)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

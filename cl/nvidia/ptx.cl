@@ -186,11 +186,16 @@ inline void fcl_mask_16(__global const mask_t *p, mask_pair_t *out) {
    product pairs a column of S with the same key's row: the products' code is unchanged, only the copies'
    destination rows (TILE_ROW(r): the local row of the tile's key r) and the keys the modifiers and visibility
    tests see (TILE_KEY(i, n): the key at column n of n8 tile i). Whole tiles read the mask at keys k0 + ... by
-   aligned loads (pairs with MASK_PAIRS, runs with KEY_PERM), so tiles whose first key is not a multiple of
-   MASK_ALIGN take each entry through the mask layer; the kernels round a windowed block's first key down to it. */
+   aligned loads (pairs with MASK_PAIRS, runs with KEY_PERM) from keys that are multiples of MASK_ALIGN: every tile
+   starts on one, since a block's first key is rounded down to it (FCL_BLOCK_KEY_BEGIN) and tiles and split-KV
+   chunks are multiples of 16 keys (MASK_ALIGN is at most 8). */
 #define TILE_ROW(r) (KEY_PERM ? 8 * (((r) % (2 * NT)) >> 1) + 2 * ((r) / (2 * NT)) + ((r) & 1) : (r))
 #define TILE_KEY(i, n) (KEY_PERM ? 2 * NT * ((n) >> 1) + 2 * (i) + ((n) & 1) : 8 * (i) + (n))
 #define MASK_ALIGN (KEY_PERM ? 16 / (int)sizeof(mask_t) : MASK_PAIRS ? 2 : 1)
+/* The first key of a block whose first row is i: that row's first visible key (non-zero only with a sliding window)
+   rounded down to MASK_ALIGN. The few keys before the window fall in the first tile, which the window cuts, so that
+   tile takes the per-entry path, which hides them. */
+#define FCL_BLOCK_KEY_BEGIN(m, i) (fcl_key_begin((m), (i)) & ~(MASK_ALIGN - 1))
 
 /* A hint to bring the line at p into L1 (prefetch.global.L1): no register waits for it. */
 inline void fcl_prefetch_l1(__global const void *p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
