@@ -31,7 +31,8 @@ out.backward(dO) of each PyTorch variant (forward done once outside the timed re
 --decode times decode-shaped forwards instead (few query rows against a long KV cache; issue 12): by
 default the six rows (batch, heads, kv heads, seqlen_q, seqlen_k) = (1,32,8,1,4096), (1,32,8,1,32768),
 (8,32,8,1,8192), (32,32,8,1,4096), (1,32,32,1,131072), (4,32,8,4,16384), f16, d=128, not causal, every
-tensor laid out [batch, seq, heads, d] (--decode-rows "B,H,HKV,Q,N;..." for others). flashcl runs through
+tensor laid out [batch, seq, heads, d] (--decode-rows "B,H,HKV,Q,N;..." for others; --decode-layout bhnd lays
+every tensor out [batch, heads, seq, d] instead, on both sides). flashcl runs through
 flashcl-bench --layout bnhd --flush 256 (a 256 MiB fill before each run, outside its time, so K and V are
 not read from the L2 cache a previous run left them in, as do_bench does for PyTorch) --from-gate (every
 row timed from the gate, its launch included, whether or not the call splits; before 2026-12-04 16:22 UTC
@@ -133,6 +134,8 @@ def parse_args(argv):
     p.add_argument("--backward", action="store_true", help="time the backward pass")
     p.add_argument("--decode", action="store_true", help="time the decode rows (see above)")
     p.add_argument("--decode-rows", type=decode_rows, default=DECODE_ROWS, metavar="B,H,HKV,Q,N;...")
+    p.add_argument("--decode-layout", choices=["bnhd", "bhnd"], default="bnhd",
+                   help="--decode: every tensor [batch, seq, heads, d] (bnhd) or [batch, heads, seq, d] (bhnd)")
     p.add_argument("--flush", type=int, default=256,
                    help="flashcl-bench --flush MiB (0: none): a fill before each flashcl run, as do_bench clears "
                         "the L2 cache before each PyTorch run (with --flush-read or --kernel-time, also the size "
@@ -197,7 +200,7 @@ def decode_command(a, dtype, head_dim, row):
     b, h, hkv, nq, n = row
     cmd = [a.flashcl_bench, "--json", "--dtype", dtype, "--batch", str(b), "--heads", str(h), "--kv-heads", str(hkv),
            "--head-dim", str(head_dim), "--seqlen-q", str(nq), "--seqlen", str(n), "--impl", "flash", "--layout",
-           "bnhd", "--iters", str(a.iters), "--warmup", str(a.warmup), "--from-gate"]
+           a.decode_layout, "--iters", str(a.iters), "--warmup", str(a.warmup), "--from-gate"]
     cmd += flush_args(a)
     if a.device is not None:
         cmd += ["--device", str(a.device)]
@@ -490,16 +493,19 @@ def torch_timer(a):
             torch.cuda.empty_cache()
 
     def measure_decode(variant, dtype, d, row):
-        """(median µs, expanded) or ("n/a" / "oom", False): SDPA on [B, seq, heads, d] tensors."""
+        """(median µs, expanded) or ("n/a" / "oom", False): SDPA on [B, seq, heads, d] tensors ([B, heads, seq, d]
+        with --decode-layout bhnd)."""
         b, h, hkv, nq, n = row
         backend = backends.get(variant)
         if sdpa_kernel is None or backend is None:
             return "n/a", False
         try:
             torch.manual_seed(0)
-            q = torch.randn(b, nq, h, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
-            k = torch.randn(b, n, hkv, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
-            v = torch.randn(b, n, hkv, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
+            def tensor(heads, rows):
+                if a.decode_layout == "bhnd":
+                    return torch.randn(b, heads, rows, d, device="cuda", dtype=tdtype[dtype])
+                return torch.randn(b, rows, heads, d, device="cuda", dtype=tdtype[dtype]).transpose(1, 2)
+            q, k, v = tensor(h, nq), tensor(hkv, n), tensor(hkv, n)
             scale = 1.0 / math.sqrt(d)
             expanded = False
 
@@ -695,6 +701,9 @@ def self_test():
           and cmd[cmd.index("--kv-heads") + 1] == "8" and cmd[cmd.index("--layout") + 1] == "bnhd"
           and cmd[cmd.index("--flush") + 1] == "256" and cmd[cmd.index("--device") + 1] == "H200"
           and "--from-gate" in cmd, "decode flashcl-bench command line")
+    a = parse_args(["--decode", "--decode-layout", "bhnd"])
+    cmd = decode_command(a, "f16", 128, (1, 32, 32, 1, 131072))
+    check(cmd[cmd.index("--layout") + 1] == "bhnd", "--decode-layout bhnd reaches flashcl-bench")
     a = parse_args(["--decode", "--decode-rows", "2,16,4,3,999;1,8,8,1,100", "--dtype", "bf16"])
     check(a.decode_rows == [(2, 16, 4, 3, 999), (1, 8, 8, 1, 100)] and a.dtype == ["bf16"], "--decode-rows")
     dec = render_decode_table([
