@@ -36,7 +36,7 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
                                     cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem d_o, cl_mem d_q,
                                     cl_mem d_k, cl_mem d_v, cl_mem workspace, cl_uint num_wait,
                                     const cl_event *wait, fcl_problem *p, size_t *ws_floats) {
-  fcl_status st = fcl_validate_forward(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, p);
+  fcl_status st = fcl_check_forward_args(ctx, queue, desc, q, k, v, o, lse, NULL, num_wait, wait, 0, p);
   if (st) return st;
   if ((st = fcl_backward_supported(p))) return st;
   if (!lse)
@@ -54,8 +54,8 @@ static fcl_status validate_backward(fcl_context *ctx, cl_command_queue queue, co
       (p->d_sinks && (st = fcl_check_float_buffer(ctx, p->d_sinks, "desc->d_sinks", (size_t)p->heads))))
     return st;
 
-  /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other;
-     fcl_validate_forward has already kept o and lse apart from the inputs and each other. */
+  /* The buffers written (gradients, workspace, d_sinks) must not share memory with any other; o and lse are
+     read here, so they may share memory with the other inputs. */
   uint64_t r[4][2];
   size_t rows = 0;
   if ((st = fcl_row_count(p, &rows)) || (st = fcl_attention_bytes(p, r))) return st;

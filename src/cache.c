@@ -351,7 +351,7 @@ unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, c
   return copy;
 }
 
-/* ---- the hooks used by program.c (the caller holds ctx->lock) ---- */
+/* ---- the hooks used by program.c (called outside ctx->lock: a build runs with it released) ---- */
 
 /* Counts one kernel request's outcome (and where it was served from, when last >= 0). Builds run outside
    ctx->lock, so the counters have their own. */

@@ -136,6 +136,14 @@ static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem 
   if (!isfinite(desc->softcap) || desc->softcap < 0.0f)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->softcap is %g; it must be 0 (off) or positive and finite",
                     (double)desc->softcap);
+  /* Kernels take the cap in log2 units and its inverse in float (common.cl): both must be finite, and the cap a
+     normal float, which a device that flushes subnormals keeps. */
+  const double cap = (double)desc->softcap * 1.4426950408889634;
+  if (desc->softcap > 0.0f && (cap < (double)FLT_MIN || cap > (double)FLT_MAX))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "desc->softcap is %g; it must be 0 (off) or from %g to %g (softcap * log2(e) must be a normal "
+                    "float, and its inverse finite)",
+                    (double)desc->softcap, (double)FLT_MIN / 1.4426950408889634, (double)FLT_MAX / 1.4426950408889634);
   p->softcap = desc->softcap;
   if (desc->window != 0 && desc->window != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->window is %d; it must be 0 or 1", desc->window);
@@ -279,6 +287,10 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
     if (offsets[t] < 0)
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_offset is %lld; it must not be negative", tensor_names[t], (long long)offsets[t]);
     *resolved_offsets[t] = offsets[t];
+    for (int i = 0; i < 3; ++i) /* also where a layout leaves a stride unused */
+      if (s[i] < 0)
+        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_stride[%d] is %lld; strides must not be negative",
+                        tensor_names[t], i, (long long)s[i]);
     const int packed = t == 0 || t == 3 ? p->cu_q != NULL : p->cu_k != NULL;
     if (packed && s[1] == 0 && s[2] == 0) { /* packed [total, heads, d] */
       uint64_t row_elems;
@@ -297,12 +309,7 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
       resolved[t][0] = (int64_t)batch_elems;
       continue;
     }
-    for (int i = 0; i < 3; ++i) {
-      if (s[i] < 0)
-        return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->%s_stride[%d] is %lld; strides must not be negative",
-                        tensor_names[t], i, (long long)s[i]);
-      resolved[t][i] = s[i];
-    }
+    for (int i = 0; i < 3; ++i) resolved[t][i] = s[i];
   }
   return FCL_SUCCESS;
 }

@@ -122,10 +122,12 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_command_queue queue, const 
     st = fcl_enqueue_combine(queue, p, &combine, &parts, o, lse, nw, w, ev);
     fcl_chain_push(&ch);
   }
+  /* The scratch's use ends with the chain's last command, also when the combine was refused after the partials
+     were enqueued: they still write the buffer, and the next call must not overwrite it before they are done. */
+  if (!workspace && ch.count) fcl_scratch_used(ctx, queue, ch.events[ch.count - 1]);
   const fcl_status end = fcl_chain_end(&ch, st ? NULL : &done);
   if (waits != waits_small) free(waits);
   if (st || end) return st ? st : end;
-  if (!workspace) fcl_scratch_used(ctx, queue, done);
   if (event) *event = done;
   else clReleaseEvent(done);
   return FCL_SUCCESS;

@@ -385,7 +385,7 @@ struct fcl_context {
   /* variants.c: the variants whose kernels failed to build, per (variant, dtype, head_dim) bit */
   unsigned char variant_failed[FCL_VARIANT_COUNT][3][(FCL_MAX_HEAD_DIM + 8) / 8];
   fcl_scratch *scratch;          /* scratch.c (guarded by lock) */
-  /* cache.c: where kernel requests were served from (guarded by lock) */
+  /* cache.c: where kernel requests were served from (guarded by stats_lock) */
   uint64_t cache_memory_hits, cache_disk_hits, cache_disk_rejected, cache_source_builds, cache_disk_writes,
       cache_disk_write_failures;
   int cache_last; /* fcl_cache_source of the last kernel request */
@@ -435,7 +435,8 @@ const unsigned char *fcl_cache_parse_entry(const unsigned char *data, size_t siz
    length), or NULL when it is missing, not a regular file, too large, short, corrupt or another's. */
 unsigned char *fcl_cache_read_entry(const char *dir, const fcl_cache_key *key, const char *name, const char *options,
                                     size_t *size);
-/* Hooks for program.c; the caller holds ctx->lock. fcl_cache_load computes *key and returns a built program
+/* Hooks for program.c, called with ctx->lock released (they read only what a context fixes at its creation and
+   count under stats_lock). fcl_cache_load computes *key and returns a built program
    from a verified entry with its kernel `name` in *kernel, or NULL (a miss: anything that fails after the
    file is read counts as rejected). fcl_cache_store counts a source build and writes its binary. */
 cl_program fcl_cache_load(fcl_context *ctx, const char *source, const char *options, const char *name,
@@ -473,6 +474,7 @@ typedef struct fcl_chain {
   const cl_event *wait;
   cl_event *events; /* one per enqueued command that has one, owned until fcl_chain_end hands them to a callback */
   size_t count, capacity;
+  void *record; /* the callback's record, allocated with the first slot so that ending the chain allocates nothing */
   int in_order; /* an in-order queue and no wait list: only the last command gets an event */
 } fcl_chain;
 
@@ -488,7 +490,8 @@ fcl_status fcl_chain_next(fcl_chain *c, int last, cl_uint *num_wait, const cl_ev
 void fcl_chain_push(fcl_chain *c);
 /* Ends the chain: *event (optional; untouched when nothing was enqueued) receives the last command's event,
    which the caller releases; a callback on it releases every other event. Returns FCL_SUCCESS, or the
-   failure of clSetEventCallback (then it has waited for the last command and released the events). */
+   failure of clSetEventCallback: then *event is untouched and the events are left unreleased, since no release
+   is safe before the commands are done and waiting for them could hang on a wait list that completes later. */
 fcl_status fcl_chain_end(fcl_chain *c, cl_event *event);
 
 /* ---- desc.c: descriptor validation shared by every operation ---- */
@@ -613,8 +616,14 @@ fcl_status fcl_check_aliasing(const fcl_buffer_use *uses, int n);
 
 /* The byte ranges [first, end) of q, k, v and o (r[0..3]) that p reaches, for fcl_check_aliasing. */
 fcl_status fcl_attention_bytes(const fcl_problem *p, uint64_t r[4][2]);
-/* Validates the forward's arguments into *p: the descriptor, every buffer (workspace: optional, a
-   caller's split-KV scratch, an output), the queue and the wait list. */
+/* Checks the forward's arguments into *p: the descriptor, every buffer (workspace: optional, a caller's split-KV
+   scratch), the queue and the wait list, and with o_written that o's elements do not overlap; not how the buffers
+   share memory. The backward, which reads o and lse where the forward writes them, runs its own aliasing pass. */
+fcl_status fcl_check_forward_args(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                  cl_uint num_wait, const cl_event *wait, int o_written, fcl_problem *p);
+/* fcl_check_forward_args with o written, then the forward's outputs (o, lse, workspace) kept apart from every
+   input and each other. */
 fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
                                 cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
                                 cl_uint num_wait, const cl_event *wait, fcl_problem *p);

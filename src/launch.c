@@ -3,9 +3,9 @@
  * takes after its buffers. */
 #include "internal.h"
 
-fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
-                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
-                                cl_uint num_wait, const cl_event *wait, fcl_problem *p) {
+fcl_status fcl_check_forward_args(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                  cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                  cl_uint num_wait, const cl_event *wait, int o_written, fcl_problem *p) {
   if (!ctx) return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
   fcl_status st;
   size_t rows = 0;
@@ -14,12 +14,22 @@ fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const 
       (st = fcl_check_tensor(ctx, k, "k", p, p->kv_counts, p->k_stride, p->k_offset)) ||
       (st = fcl_check_tensor(ctx, v, "v", p, p->kv_counts, p->v_stride, p->v_offset)) ||
       (st = fcl_check_tensor(ctx, o, "o", p, p->q_counts, p->o_stride, p->o_offset)) ||
-      (st = fcl_check_no_overlap("o", p, p->q_counts, p->o_stride, "o")) || (st = fcl_row_count(p, &rows)) ||
+      (o_written && (st = fcl_check_no_overlap("o", p, p->q_counts, p->o_stride, "o"))) || (st = fcl_row_count(p, &rows)) ||
       (lse && (st = fcl_check_float_buffer(ctx, lse, "lse", rows))) || (st = fcl_check_modifiers(ctx, p)) || (st = fcl_check_sequences(ctx, p)) ||
       (workspace && (st = fcl_check_float_buffer(ctx, workspace, "workspace", 0))) ||
       (st = fcl_check_wait_list(ctx, num_wait, wait)))
     return st;
-  size_t ws_size = 0;
+  return FCL_SUCCESS;
+}
+
+fcl_status fcl_validate_forward(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *desc,
+                                cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_mem workspace,
+                                cl_uint num_wait, const cl_event *wait, fcl_problem *p) {
+  fcl_status st;
+  size_t rows = 0, ws_size = 0;
+  if ((st = fcl_check_forward_args(ctx, queue, desc, q, k, v, o, lse, workspace, num_wait, wait, 1, p)) ||
+      (st = fcl_row_count(p, &rows)))
+    return st;
   if (workspace) FCL_CL_CHECK(clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof ws_size, &ws_size, NULL));
   /* The outputs must not share memory with an input or each other. */
   uint64_t r[4][2];

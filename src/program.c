@@ -95,9 +95,14 @@ static fcl_status build_log_failure(fcl_context *ctx, cl_program program, const 
   size_t n = 0;
   char *log = NULL;
   if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) == CL_SUCCESS &&
-      (log = malloc(n + 1)) &&
-      clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS)
-    log[n] = '\0';
+      (log = malloc(n + 1))) {
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS) {
+      log[n] = '\0';
+    } else { /* a log that could not be read is no log */
+      free(log);
+      log = NULL;
+    }
+  }
   fcl_status st = fcl_fail(FCL_ERROR_BUILD, "kernel build failed (options: %s):\n%s", options, log ? log : "(no build log)");
   free(log);
   return st;

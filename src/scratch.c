@@ -3,7 +3,12 @@
  * and grows when a call needs more; calls on different queues never share one. On an out-of-order queue
  * the completion event of a buffer's last use is kept, so the next call waits for it before overwriting; an
  * in-order queue orders the uses itself, and a wait list there would cost the call's event chain its single
- * event (chain.c). The queue is retained until fcl_context_release. */
+ * event (chain.c). The queue is retained until fcl_context_release.
+ *
+ * So on an out-of-order queue a call whose previous use fails by a failed dependency of its own fails too,
+ * if it was enqueued before that failure (OpenCL fails whatever waits on a failed event; docs/api.md says so).
+ * A user event opened by a callback on the last use would break that link, but PoCL 3.1 runs no
+ * CL_COMPLETE callback for an event failed through its wait list, so the next call would wait forever. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -22,7 +27,11 @@ fcl_status fcl_scratch_get(fcl_context *ctx, cl_command_queue queue, size_t byte
   while (s && s->queue != queue) s = s->next;
   if (!s) {
     if (!(s = calloc(1, sizeof *s))) return fcl_fail(FCL_ERROR_OUT_OF_RESOURCES, "out of host memory");
-    FCL_CL_CHECK(clRetainCommandQueue(queue));
+    const cl_int err = clRetainCommandQueue(queue);
+    if (err != CL_SUCCESS) {
+      free(s);
+      return fcl_cl_failure("clRetainCommandQueue", err);
+    }
     s->queue = queue;
     s->in_order = fcl_queue_in_order(queue);
     s->next = ctx->scratch;

@@ -138,9 +138,13 @@ fcl_status fcl_tune_forward(fcl_context *ctx, cl_command_queue queue, const fcl_
   memset(scratch.q_stride, 0, sizeof scratch.q_stride), memset(scratch.k_stride, 0, sizeof scratch.k_stride);
   memset(scratch.v_stride, 0, sizeof scratch.v_stride), memset(scratch.o_stride, 0, sizeof scratch.o_stride);
   scratch.q_offset = scratch.k_offset = scratch.v_offset = scratch.o_offset = 0;
-  /* Shapes are tuned on the kernel without score modifiers; a record serves every modifier. */
+  /* Shapes are tuned on the kernel without score modifiers; a record serves every modifier. And on dense
+     sequences of seqlen_q and seqlen_k (the longest, with cu_seqlens or seqlens_k): the kernel built here reads
+     the scratch buffers densely, and a record keeps to dense and packed keys. */
   scratch.softcap = 0.0f, scratch.window = 0;
   scratch.alibi_slopes = scratch.mask = scratch.sinks = scratch.d_sinks = NULL;
+  scratch.cu_seqlens_q = scratch.cu_seqlens_k = scratch.seqlens_k = scratch.block_table = NULL;
+  scratch.total_q = scratch.total_k = scratch.block_table_stride = scratch.block_size = scratch.num_blocks = 0;
   if ((st = fcl_resolve_problem(&scratch, &p))) return st;
   cl_command_queue_properties props = 0;
   FCL_CL_CHECK(clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));

@@ -3,6 +3,10 @@
  * events, which must still exist) nor report success: the returned event ends with a negative status.
  * Each case runs in its own process, so a crash fails that case alone.
  *
+ * And the context's split-KV scratch, which calls on one out-of-order queue share: a call after one behind a
+ * failed dependency waits for it and must end (complete or fail) rather than hang, and one with its own workspace
+ * must complete (forward_split_ooo).
+ *
  *   test_events                 the suite
  *   test_events --child NAME    (internal) one case; exit 0 when the returned event failed and nothing crashed */
 #include "test_util.h"
@@ -46,6 +50,41 @@ static int make_bufs(test_env *e, int sub, bufs *b) {
   return err == CL_SUCCESS ? 0 : -1;
 }
 
+/* Split forwards on one out-of-order queue: the first behind a user event that then fails; then, enqueued before
+   the failure with no wait list, one through the context's scratch (it waits for the first's use of it, so
+   docs/api.md lets it fail too, and it must end either way) and one with a workspace of its own, which must
+   complete. Exit 0 when all three ended so. */
+static int child_ooo(test_env *e, bufs *b, const fcl_attention_desc *desc) {
+  cl_int err;
+  cl_command_queue ooo = clCreateCommandQueue(e->context, e->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+  if (err != CL_SUCCESS) {
+    printf("     forward_split_ooo: the device has no out-of-order queue (%d): not run\n", (int)err);
+    return 0;
+  }
+  cl_event user = clCreateUserEvent(e->context, &err), ev[3] = {NULL, NULL, NULL};
+  fcl_status st[3];
+  st[0] = fcl_attention_forward(e->fcl, ooo, desc, b->m[0], b->m[1], b->m[2], b->m[3], b->m[4], 1, &user, &ev[0]);
+  st[1] = fcl_attention_forward(e->fcl, ooo, desc, b->m[0], b->m[1], b->m[2], b->m[5], b->m[6], 0, NULL, &ev[1]);
+  st[2] = fcl_attention_forward_with_workspace(e->fcl, ooo, desc, b->m[0], b->m[1], b->m[2], b->m[7], b->m[8], b->ws,
+                                               0, NULL, &ev[2]);
+  clSetUserEventStatus(user, -1);
+  cl_int s[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i)
+    if (ev[i]) {
+      clWaitForEvents(1, &ev[i]);
+      clGetEventInfo(ev[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof s[i], &s[i], NULL);
+      clReleaseEvent(ev[i]);
+    }
+  clFinish(ooo);
+  printf("     forward_split_ooo: %s, %s, %s; events ended with %d (behind the failure), %d (the scratch after it), "
+         "%d (a workspace of its own)\n", fcl_status_string(st[0]), fcl_status_string(st[1]), fcl_status_string(st[2]),
+         (int)s[0], (int)s[1], (int)s[2]);
+  clReleaseEvent(user);
+  clReleaseCommandQueue(ooo);
+  const int ok = !st[0] && !st[1] && !st[2] && s[0] < 0 && (s[1] == CL_COMPLETE || s[1] < 0) && s[2] == CL_COMPLETE;
+  return ok ? 0 : 4;
+}
+
 static int child(const char *name) {
   alarm(120); /* a hang ends the case (SIGALRM) instead of the suite */
   /* Split-KV: the partials and their combine are two commands. */
@@ -60,6 +99,7 @@ static int child(const char *name) {
   fcl_attention_desc desc;
   memset(&desc, 0, sizeof desc);
   desc.batch = B, desc.num_heads = H, desc.seqlen_q = N, desc.seqlen_k = N, desc.head_dim = D, desc.causal = 1;
+  if (strstr(name, "ooo")) return child_ooo(&e, &b, &desc);
   cl_int err;
   cl_event user = clCreateUserEvent(e.context, &err);
   if (err != CL_SUCCESS) return 2;
@@ -118,7 +158,7 @@ static int child(const char *name) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(argv[2]);
   static const char *const cases[] = {"forward",       "forward_sub",          "forward_split",
-                                      "forward_split_workspace", "backward",  "backward_sub",
+                                      "forward_split_workspace", "forward_split_ooo", "backward",  "backward_sub",
                                       "backward_sub_noevent",    "reference", "reference_sub"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     fflush(stdout);

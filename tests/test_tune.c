@@ -177,6 +177,36 @@ static void real_tune(test_env *env) {
   }
 }
 
+/* Packed and paged descriptors are tuned as their dense sequences (before, the scratch buffers were sized from
+   the packed layout's strides, a zero-byte buffer, or read past by the dense kernel with paged keys). A context
+   without a disk cache, at a head_dim of its own, so nothing here reaches the other cases' records. */
+static void sequence_descriptors(test_env *env) {
+  fcl_context *c = new_context(env, "");
+  if (!c) {
+    check(0, "a context without a disk cache for the sequence descriptors");
+    return;
+  }
+  cl_int err;
+  const cl_int cu[3] = {0, 10, 24}, table[4] = {3, 0, 2, 1};
+  cl_mem cu_buf = clCreateBuffer(env->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof cu, (void *)cu, &err);
+  cl_mem table_buf =
+      clCreateBuffer(env->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof table, (void *)table, &err);
+  fcl_attention_desc d;
+  fcl_tune_result r;
+  tune_desc(&d, 2, 2, 24, 16, FCL_DTYPE_F32);
+  d.cu_seqlens_q = d.cu_seqlens_k = cu_buf, d.total_q = d.total_k = 24;
+  fcl_status st = fcl_tune_forward(c, env->queue, &d, &r);
+  check(st == FCL_SUCCESS, "packed sequences (cu_seqlens_q, cu_seqlens_k) tune as dense ones: %s %s",
+        fcl_status_string(st), st ? fcl_last_error() : "");
+  tune_desc(&d, 1, 2, 64, 16, FCL_DTYPE_F32);
+  d.seqlen_q = 1, d.block_table = table_buf, d.block_table_stride = 4, d.block_size = 16, d.num_blocks = 4;
+  st = fcl_tune_forward(c, env->queue, &d, &r);
+  check(st == FCL_SUCCESS, "paged keys tune as dense ones: %s %s", fcl_status_string(st), st ? fcl_last_error() : "");
+  clReleaseMemObject(cu_buf);
+  clReleaseMemObject(table_buf);
+  fcl_context_release(c);
+}
+
 /* Shapes to force: the first two that fit, whose compiled kernel admits their work-items (rusticl's
    llvmpipe admits 32), and that differ from the rule's default and each other. */
 static int pick_shapes(test_env *env, fcl_forward_shape out[2], fcl_tile_plan *def) {
@@ -409,6 +439,7 @@ int main(void) {
   if (test_open(&env, &o) != 0) return 1;
   argument_checks(&env);
   real_tune(&env);
+  sequence_descriptors(&env);
   recorded_shapes(&env);
   concurrent(&env);
   test_close(&env);

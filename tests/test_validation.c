@@ -82,6 +82,9 @@ int main(void) {
   /* Kernels scale by scale * log2(e) in float: a scale whose product overflows would give all-NaN output. */
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale 3e38 (scale * log2(e) overflows)", "scale", fx.desc.scale = 3e38f);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale -3e38", "scale", fx.desc.scale = -3e38f);
+  /* A softcap whose cap in log2 units (or its inverse) is no finite normal float made every score NaN. */
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 3e38 (softcap * log2(e) overflows)", "softcap", fx.desc.softcap = 3e38f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 1e-39 (a subnormal cap)", "softcap", fx.desc.softcap = 1e-39f);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "causal 2", "causal", fx.desc.causal = 2);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative stride", "q_stride[1]",
               (fx.desc.q_stride[0] = 576, fx.desc.q_stride[1] = -1, fx.desc.q_stride[2] = 16));
@@ -137,6 +140,8 @@ int main(void) {
                 (fx.desc.cu_seqlens_q = short_cu, fx.desc.total_q = 9));
     EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "q too small for total_q packed rows", "q is too small",
                 (fx.desc.cu_seqlens_q = cu_buf, fx.desc.total_q = 40));
+    EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "a negative q_stride[0] where packing leaves it unused", "q_stride[0]",
+                (fx.desc.cu_seqlens_q = cu_buf, fx.desc.total_q = 9, fx.desc.q_stride[0] = -5));
     EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "total_k without cu_seqlens_k", "total_k", fx.desc.total_k = 3);
     EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "seqlens_k of one entry for a batch of 2", "seqlens_k", fx.desc.seqlens_k = one);
     EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "cu_seqlens_k and block_table together", "block_table",
@@ -319,6 +324,25 @@ int main(void) {
     st = fcl_attention_merge(e->fcl, e->queue, &fx.desc, 1, r[0], 0, r[4], o_over_q, NULL, 0, NULL, NULL);
     check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "o overlaps o_parts"),
           "merge, o a sub-buffer overlapping o_parts' -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    /* Part strides whose product with num_parts - 1 passes int64: 8 * (2^61 + 1) wraps to 8, which the buffer holds. */
+    st = fcl_attention_merge(e->fcl, e->queue, &fx.desc, 9, r[0], ((int64_t)1 << 61) + 1, r[4], r[3], NULL, 0, NULL, NULL);
+    check(st == FCL_ERROR_INVALID_ARGUMENT && strstr(fcl_last_error(), "overflows"),
+          "merge, (num_parts - 1) * parts_stride past int64 -> %s: \"%s\"", fcl_status_string(st), fcl_last_error());
+    /* The backward reads o and lse: created CL_MEM_READ_ONLY they are fine there. */
+    cl_buffer_region o_region = {3 * slot, 4608}, lse_region = {4 * slot, slot};
+    cl_mem o_ro = clCreateSubBuffer(parent, CL_MEM_READ_ONLY, CL_BUFFER_CREATE_TYPE_REGION, &o_region, &err);
+    cl_mem lse_ro = clCreateSubBuffer(parent, CL_MEM_READ_ONLY, CL_BUFFER_CREATE_TYPE_REGION, &lse_region, &err);
+    cl_event bwd_ev = NULL;
+    st = fcl_attention_backward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], o_ro, lse_ro, r[5], r[6], r[7], r[8],
+                                r[9], 0, NULL, &bwd_ev);
+    check(st == FCL_SUCCESS, "backward, o and lse created CL_MEM_READ_ONLY (inputs there) -> %s %s",
+          fcl_status_string(st), st ? fcl_last_error() : "");
+    if (bwd_ev) {
+      clWaitForEvents(1, &bwd_ev);
+      clReleaseEvent(bwd_ev);
+    }
+    clReleaseMemObject(o_ro);
+    clReleaseMemObject(lse_ro);
     /* Disjoint regions of one parent are fine. */
     cl_event ok_ev = NULL;
     st = fcl_attention_forward(e->fcl, e->queue, &fx.desc, r[0], r[1], r[2], r[3], r[4], 0, NULL, &ok_ev);
