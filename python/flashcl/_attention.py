@@ -79,11 +79,19 @@ def _tensor(x: Any, name: str, layout: Layout) -> _Tensor:
             f"{name}'s head_dim elements are not contiguous (strides {a.strides} bytes for shape {a.shape}); "
             "flashcl needs each row's head_dim elements next to each other"
         )
+    try:  # the library reads three zero strides as "contiguous"
+        stride = _core.explicit_strides(stride, (b, h, s))
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{name}: {e}") from None
     return _Tensor(a, b, s, h, d, stride, off)
 
 
 def _same_layout(a: _Tensor, ref: _Tensor, name: str, ref_name: str) -> None:
-    if a.array.shape != ref.array.shape or a.stride != ref.stride or a.offset != ref.offset:
+    """a is laid out as ref: the same shape and offset, and the same strides where a dimension has more than one
+    element (a size-1 dimension's stride addresses nothing)."""
+    counts = (ref.batch, ref.heads, ref.seq)
+    strides_differ = any(n > 1 and x != y for n, x, y in zip(counts, a.stride, ref.stride))
+    if a.array.shape != ref.array.shape or strides_differ or a.offset != ref.offset:
         raise InvalidArgumentError(
             f"{name} must have {ref_name}'s shape, strides and offset (shape {ref.array.shape}, strides "
             f"{ref.array.strides}, offset {ref.array.offset} bytes); it has shape {a.array.shape}, strides "
@@ -91,9 +99,15 @@ def _same_layout(a: _Tensor, ref: _Tensor, name: str, ref_name: str) -> None:
         )
 
 
-def _like(t: _Tensor, queue: cl.CommandQueue) -> cla.Array:
+def _like(t: _Tensor, name: str, queue: cl.CommandQueue) -> cla.Array:
     """A new array with t's shape, dtype, strides and offset (the backward writes gradients in their input's
-    layout). Contiguous inputs give contiguous gradients."""
+    layout). Contiguous inputs give contiguous gradients; an input that broadcasts (a zero stride over more than
+    one element) has no such layout for an output."""
+    if any(n > 1 and s == 0 for n, s in zip((t.batch, t.heads, t.seq), t.stride)):
+        raise InvalidArgumentError(
+            f"{name} broadcasts (strides {t.array.strides} bytes for shape {t.array.shape}): the backward writes its "
+            f"gradient in its layout, which would overlap itself; pass a materialized {name}"
+        )
     a = t.array
     if a.flags.c_contiguous and a.offset == 0:
         return cla.empty(queue, a.shape, a.dtype)
@@ -428,7 +442,7 @@ def attention_backward(
     grads = []
     for name, g, t in (("dq", dq, qt), ("dk", dk, kt), ("dv", dv, vt)):
         if g is None:
-            g = _like(t, queue)
+            g = _like(t, name[1:], queue)
         gt = _tensor(g, name, layout)
         _check_dtype_same(name, gt.array, t.array, name[1:])
         _same_layout(gt, t, name, name[1:])
@@ -610,7 +624,7 @@ def merge(
         desc.sinks = s.base_data
         call.wait_on(s)
     if out is None:
-        out = _like(part0, queue)
+        out = _like(part0, "o_parts[0]", queue)
     ot = _tensor(out, "out", layout)
     _check_dtype_same("out", ot.array, parts, "o_parts")
     _same_layout(ot, part0, "out", "o_parts[0]")

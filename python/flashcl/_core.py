@@ -215,6 +215,19 @@ class Context:
         return int(self._lib.fcl_attention_backward_workspace_size(self.handle, ctypes.byref(c)))
 
 
+def explicit_strides(strides: Tuple[int, ...], counts: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Strides as the C API reads them, where all zeros means "packed": a size-1 dimension's stride is never
+    used, so a zero there becomes 1; zeros left on every dimension would be a broadcast, which it cannot say."""
+    if any(strides):
+        return tuple(strides)
+    if all(c == 1 for c in counts):
+        return tuple(1 for _ in strides)
+    out = tuple(1 if c == 1 else 0 for s, c in zip(strides, counts))
+    if not any(out):
+        raise InvalidArgumentError(f"strides {strides} broadcast one row; pass a materialized array")
+    return out
+
+
 _contexts: Dict[Tuple[int, int], Context] = {}
 _contexts_lock = threading.Lock()
 
@@ -305,6 +318,14 @@ class Descriptor:
         c.mask_dtype = fcl_dtype(self.mask_dtype, "mask_dtype")
         c.scale = float(self.scale)
         c.softcap = float(self.softcap)
+        # The fields are float32, where 0 means the default scale and no softcap: a value that rounds to 0 there
+        # would silently become those.
+        for name in ("scale", "softcap"):
+            if float(getattr(self, name)) != 0.0 and getattr(c, name) == 0.0:
+                raise InvalidArgumentError(
+                    f"{name} {getattr(self, name)!r} rounds to 0 in float32, which the library reads as "
+                    + ("the default 1/sqrt(head_dim)" if name == "scale" else "no softcap")
+                )
         c.causal = 1 if self.causal else 0
         c.window = 1 if self.window else 0
         c.alibi_slopes = mem_handle(self.alibi_slopes, "alibi_slopes")

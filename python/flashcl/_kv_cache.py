@@ -11,7 +11,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import _lib
-from ._core import Context, _event, _int64, _resolve, _wait_list, check, fcl_dtype, mem_handle
+from ._core import Context, _event, _int64, _resolve, _wait_list, check, explicit_strides, fcl_dtype, mem_handle
 from .errors import InvalidArgumentError
 
 
@@ -88,19 +88,6 @@ def _strides(a: cla.Array, name: str) -> Tuple[Tuple[int, ...], int]:
     return st, a.offset // isz
 
 
-def _explicit(strides: Tuple[int, ...], counts: Tuple[int, ...]) -> Tuple[int, ...]:
-    """Strides as the C API reads them, where all zeros means "packed": a size-1 dimension's stride is never
-    used, so a zero there becomes 1; zeros left on every dimension would be a broadcast, which it cannot say."""
-    if any(strides):
-        return tuple(strides)
-    if all(c == 1 for c in counts):
-        return tuple(1 for _ in strides)
-    out = tuple(1 if c == 1 else 0 for s, c in zip(strides, counts))
-    if not any(out):
-        raise InvalidArgumentError(f"strides {strides} broadcast one row; pass a materialized array")
-    return out
-
-
 def reshape_and_cache(
     key: cla.Array,
     value: cla.Array,
@@ -134,9 +121,6 @@ def reshape_and_cache(
             or slot_mapping.offset:
         raise InvalidArgumentError(f"slot_mapping must be a contiguous int64 array of shape ({key.shape[0]},) at offset 0")
     T, H, D = key.shape
-    if T == 0:  # an empty array has no buffer to pass: nothing to write, an event all the same
-        queue = queue or key_cache.queue
-        return cl.enqueue_marker(queue, wait_for=list(wait_for or ()) + list(key_cache.events) or None)
     if layout == "nhd":
         nb, bs, ch, cd = key_cache.shape
         order = (0, 2, 1)
@@ -145,11 +129,21 @@ def reshape_and_cache(
         order = (0, 1, 2)
     if (ch, cd) != (H, D):
         raise InvalidArgumentError(f"key_cache {key_cache.shape} does not hold {H} heads of {D} ({layout})")
+    if T == 0:  # an empty array has no buffer to pass: nothing to write, an event all the same
+        queue = queue or key_cache.queue
+        if queue is None:
+            raise InvalidArgumentError("no queue: pass queue=, or caches that have one")
+        ev = cl.enqueue_marker(queue, wait_for=list(wait_for or ()) + list(key_cache.events) + list(value_cache.events)
+                               or None)
+        key_cache.add_event(ev)
+        if value_cache is not key_cache:
+            value_cache.add_event(ev)
+        return ev
     ks, ko = _strides(key, "key")
     vs, vo = _strides(value, "value")
     kcs, kco = _strides(key_cache, "key_cache")
     vcs, vco = _strides(value_cache, "value_cache")
-    fix = _explicit
+    fix = explicit_strides
     desc = KVAppendDescriptor(
         num_tokens=T, num_kv_heads=H, head_dim=D, block_size=bs, num_blocks=nb, dtype=key.dtype,
         k_new_stride=fix(ks[:2], (T, H)), v_new_stride=fix(vs[:2], (T, H)), k_new_offset=ko, v_new_offset=vo,

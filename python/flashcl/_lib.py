@@ -261,8 +261,9 @@ def candidates() -> List[str]:
     1. ``$FLASHCL_LIBRARY``: the library file, or a folder that holds it;
     2. the build tree of the source checkout this package was imported from (``<repo>/build``), when it
        was imported from one (``PYTHONPATH=python``) rather than installed;
-    3. ``<sys.prefix>/lib`` (a ``cmake --install --prefix $VIRTUAL_ENV``), then the dynamic loader's
-       own search (``LD_LIBRARY_PATH``, the ld.so cache: an install prefix such as ``/usr/local``).
+    3. ``<sys.prefix>/lib`` and ``<sys.prefix>/lib64`` (a ``cmake --install --prefix $VIRTUAL_ENV``; CMake installs
+       into ``lib64`` on 64-bit Fedora, RHEL and openSUSE), then the dynamic loader's own search
+       (``LD_LIBRARY_PATH``, the ld.so cache: an install prefix such as ``/usr/local``).
     """
     out: List[str] = []
     env = os.environ.get("FLASHCL_LIBRARY")
@@ -273,7 +274,7 @@ def candidates() -> List[str]:
     repo = Path(__file__).resolve().parent.parent.parent
     if (repo / "include" / "flashcl.h").is_file():
         out += [str(repo / "build" / n) for n in _SONAMES]
-    out += [str(Path(sys.prefix) / "lib" / n) for n in _SONAMES]
+    out += [str(Path(sys.prefix) / d / n) for d in ("lib", "lib64") for n in _SONAMES]
     out += list(_SONAMES)  # bare names: the dynamic loader's search path
     return out
 
@@ -289,11 +290,17 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
     """Loads libflashcl (once per process) and declares its functions.
 
     ``path`` (or ``$FLASHCL_LIBRARY``) names the file; otherwise :func:`candidates` are tried in order.
-    Raises :class:`flashcl.LibraryNotFoundError` when none loads.
+    Raises :class:`flashcl.LibraryNotFoundError` when none loads, and :class:`flashcl.InvalidArgumentError` when
+    ``path`` names another file than the one already loaded (contexts made through it call it, and each call's
+    error message is read from it: a process uses one library).
     """
     global _lib, _lib_path
     with _lock:
-        if _lib is not None and path is None:
+        if _lib is not None and path is not None and os.path.realpath(path) != os.path.realpath(_lib_path or ""):
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"libflashcl is already loaded from {_lib_path}; it cannot be replaced by {path}")
+        if _lib is not None:
             return _lib
         tried = []
         for cand in [path] if path else candidates():

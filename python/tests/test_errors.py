@@ -183,3 +183,53 @@ def test_library_from_folder():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert os.path.dirname(r.stdout.strip()) == folder
     assert os.path.basename(r.stdout.strip()) in lib._SONAMES
+
+
+def test_tiny_scale_and_softcap(queue):
+    """Values that round to 0 in the descriptor's float32 fields would read as the default scale and no softcap."""
+    q, k, v = _arrays(queue)
+    with pytest.raises(flashcl.InvalidArgumentError, match="scale 1e-46 rounds to 0 in float32"):
+        flashcl.attention(q, k, v, scale=1e-46)
+    with pytest.raises(flashcl.InvalidArgumentError, match="softcap 1e-46 rounds to 0 in float32"):
+        flashcl.attention(q, k, v, softcap=1e-46)
+
+
+def test_broadcast_rows(queue):
+    """One K/V row broadcast over the batch by strides that are all zero (which the library reads as
+    "contiguous") attends to that row in every batch; the backward, which writes dk and dv in k's and v's
+    layout, refuses such inputs by name."""
+    rng = np.random.default_rng(1)
+    q = cla.to_device(queue, rng.standard_normal((2, 1, 1, 16)).astype(np.float32))
+    rows = cla.to_device(queue, rng.standard_normal((4, 16)).astype(np.float32))
+    kv = cla.Array(queue, (2, 1, 1, 16), np.float32, data=rows.base_data, strides=(0, 0, 0, 4))
+    out = flashcl.flash_attn_func(q, kv, kv).get()
+    np.testing.assert_allclose(out[:, 0, 0], np.repeat(rows.get()[:1], 2, axis=0), rtol=1e-6)
+    o, lse = flashcl.flash_attn_func(q, kv, kv, return_lse=True)
+    with pytest.raises(flashcl.InvalidArgumentError, match="k broadcasts"):
+        flashcl.attention_backward(o, q, kv, kv, o, lse)
+
+
+def test_gradient_layout_of_size_one_dimensions(queue):
+    """Strides of dimensions of one element address nothing: a dout that differs from out only there is out's
+    layout."""
+    q, k, v = _arrays(queue, (1, 16, 1, 8), (1, 16, 1, 8))
+    out, lse = flashcl.flash_attn_func(q, k, v, return_lse=True)
+    dout = cla.to_device(queue, np.ones((1, 1, 16, 8), np.float32)).transpose((0, 2, 1, 3))
+    dq, dk, dv = flashcl.attention_backward(dout, q, k, v, out, lse)
+    assert np.isfinite(dq.get()).all() and np.isfinite(dk.get()).all() and np.isfinite(dv.get()).all()
+
+
+def test_one_library_a_process():
+    """load_library of another file than the one loaded is refused, so every call's message comes from the
+    library that made it."""
+    code = (
+        "import shutil, tempfile, os, flashcl\n"
+        "path = flashcl.library_path()\n"
+        "copy = os.path.join(tempfile.mkdtemp(), 'libflashcl_copy.so')\n"
+        "shutil.copy(path, copy)\n"
+        "assert flashcl.load_library(path) is not None\n"
+        "try:\n    flashcl.load_library(copy)\n    print('loaded')\n"
+        "except flashcl.InvalidArgumentError as e:\n    print('refused:', 'already loaded' in str(e))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "refused: True"

@@ -99,3 +99,8 @@ def test_no_tokens(queue):
     ev = flashcl.reshape_and_cache(empty, empty, cache, cache, cla.empty(queue, (0,), np.int64))
     ev.wait()
     assert ev.command_execution_status == cl.command_execution_status.COMPLETE
+    assert ev in cache.events
+    # An empty append is checked like any other: key heads the caches do not hold are refused.
+    wrong = cla.empty(queue, (0, 3, 8), np.float16)
+    with pytest.raises(flashcl.InvalidArgumentError, match="does not hold 3 heads"):
+        flashcl.reshape_and_cache(wrong, wrong, cache, cache, cla.empty(queue, (0,), np.int64))
