@@ -64,10 +64,11 @@ void fcl_softmax_rows(__global float *s, __global float *lse, long lse_first, in
   const int begin = fcl_key_begin(&mods, r), end = fcl_key_end(&mods, r, snk); /* keys the row sees */
   const float c = scale * FCL_LOG2E; /* scores in log2 units for exp2 */
 
-  /* Per work-item online max and sum over its strided share of the row. */
+  /* Per work-item online max and sum over its strided share of the row: keys j with j % WG == lid, the ones it
+     writes in the second pass (begin + lid would give another work-item's keys to it under a window: a race). */
   float m = -INFINITY, l = 0.0f;
   bool nan = false; /* a visible score is NaN (from q or k): the row's P and lse are NaN, as IEEE gives */
-  for (int j = begin + lid; j < end; j += WG) {
+  for (int j = begin + (lid - begin % WG + WG) % WG; j < end; j += WG) {
     const float x = fcl_score(&mods, srow[j] * c, r, j, snq, snk);
     if (x == -INFINITY) continue; /* a key the mask hides */
     if (fcl_nonfinite(x) && x != INFINITY) {
