@@ -94,10 +94,10 @@ fcl_status fcl_chain_end(fcl_chain *c, cl_event *event) {
       if (err == CL_SUCCESS) {
         if (event) *event = last;
         r = NULL; /* the callback's now, with the array */
+        c->events = NULL;
       } else {
         st = fcl_cl_failure("clSetEventCallback", err); /* the events stay unreleased: fcl_chain_end's comment */
       }
-      c->events = NULL;
     }
   }
   free(r);

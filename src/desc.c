@@ -136,14 +136,14 @@ static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem 
   if (!isfinite(desc->softcap) || desc->softcap < 0.0f)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->softcap is %g; it must be 0 (off) or positive and finite",
                     (double)desc->softcap);
-  /* Kernels take the cap in log2 units and its inverse in float (common.cl): both must be finite, and the cap a
-     normal float, which a device that flushes subnormals keeps. */
-  const double cap = (double)desc->softcap * 1.4426950408889634;
-  if (desc->softcap > 0.0f && (cap < (double)FLT_MIN || cap > (double)FLT_MAX))
+  /* Kernels take softcap, the cap in log2 units and its inverse as floats (common.cl): all three must be normal
+     floats, which a device that flushes subnormals keeps (the inverse is normal while the cap is at most 2^126). */
+  const double cap = (double)desc->softcap * 1.4426950408889634, cap_max = 0x1p126;
+  if (desc->softcap > 0.0f && (desc->softcap < FLT_MIN || cap > cap_max))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
-                    "desc->softcap is %g; it must be 0 (off) or from %g to %g (softcap * log2(e) must be a normal "
-                    "float, and its inverse finite)",
-                    (double)desc->softcap, (double)FLT_MIN / 1.4426950408889634, (double)FLT_MAX / 1.4426950408889634);
+                    "desc->softcap is %g; it must be 0 (off) or from %g to %g (softcap, softcap * log2(e) and its "
+                    "inverse must be normal floats)",
+                    (double)desc->softcap, (double)FLT_MIN, cap_max / 1.4426950408889634);
   p->softcap = desc->softcap;
   if (desc->window != 0 && desc->window != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->window is %d; it must be 0 or 1", desc->window);

@@ -84,7 +84,8 @@ int main(void) {
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "scale -3e38", "scale", fx.desc.scale = -3e38f);
   /* A softcap whose cap in log2 units (or its inverse) is no finite normal float made every score NaN. */
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 3e38 (softcap * log2(e) overflows)", "softcap", fx.desc.softcap = 3e38f);
-  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 1e-39 (a subnormal cap)", "softcap", fx.desc.softcap = 1e-39f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 1e38 (a subnormal inverse)", "softcap", fx.desc.softcap = 1e38f);
+  EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "softcap 1e-39 (subnormal)", "softcap", fx.desc.softcap = 1e-39f);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "causal 2", "causal", fx.desc.causal = 2);
   EXPECT_DESC(FCL_ERROR_INVALID_ARGUMENT, "negative stride", "q_stride[1]",
               (fx.desc.q_stride[0] = 576, fx.desc.q_stride[1] = -1, fx.desc.q_stride[2] = 16));

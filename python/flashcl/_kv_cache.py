@@ -130,6 +130,9 @@ def reshape_and_cache(
     if (ch, cd) != (H, D):
         raise InvalidArgumentError(f"key_cache {key_cache.shape} does not hold {H} heads of {D} ({layout})")
     if T == 0:  # an empty array has no buffer to pass: nothing to write, an event all the same
+        fcl_dtype(key.dtype)
+        _strides(key_cache, "key_cache")
+        _strides(value_cache, "value_cache")
         queue = queue or key_cache.queue
         if queue is None:
             raise InvalidArgumentError("no queue: pass queue=, or caches that have one")

@@ -296,10 +296,16 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
     """
     global _lib, _lib_path
     with _lock:
-        if _lib is not None and path is not None and os.path.realpath(path) != os.path.realpath(_lib_path or ""):
-            from .errors import InvalidArgumentError
+        if _lib is not None and path is not None:
+            # The dynamic loader hands out the same handle for the same file, whatever path names it.
+            try:
+                same = ctypes.CDLL(path)._handle == _lib._handle
+            except OSError:
+                same = False
+            if not same:
+                from .errors import InvalidArgumentError
 
-            raise InvalidArgumentError(f"libflashcl is already loaded from {_lib_path}; it cannot be replaced by {path}")
+                raise InvalidArgumentError(f"libflashcl is already loaded from {_lib_path}; it cannot be replaced by {path}")
         if _lib is not None:
             return _lib
         tried = []
@@ -317,7 +323,7 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
             except AttributeError as e:
                 tried.append(f"{cand} (not a usable libflashcl: {e})")
                 continue
-            _lib, _lib_path = lib, cand
+            _lib, _lib_path = lib, os.path.abspath(cand) if os.sep in cand else cand
             return lib
         from .errors import LibraryNotFoundError
 

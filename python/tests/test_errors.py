@@ -228,6 +228,9 @@ def test_one_library_a_process():
         "copy = os.path.join(tempfile.mkdtemp(), 'libflashcl_copy.so')\n"
         "shutil.copy(path, copy)\n"
         "assert flashcl.load_library(path) is not None\n"
+        "link = os.path.join(tempfile.mkdtemp(), 'libflashcl_link.so')\n"
+        "os.symlink(path, link)\n"
+        "assert flashcl.load_library(link) is not None  # the same file by another name\n"
         "try:\n    flashcl.load_library(copy)\n    print('loaded')\n"
         "except flashcl.InvalidArgumentError as e:\n    print('refused:', 'already loaded' in str(e))\n"
     )
