@@ -10,20 +10,17 @@ static const char *const tensor_names[4] = {"q", "k", "v", "o"};
 
 static fcl_status check_mem_context(const fcl_context *ctx, cl_mem buf, const char *what, size_t *size);
 
-/* Largest element index or byte count the library accepts: device addresses are 64-bit and kernels
-   index with signed 64-bit arithmetic. */
-#define FCL_MAX_EXTENT ((uint64_t)1 << 62)
+#define LOG2E 1.4426950408889634 /* kernels take scores, scales and caps in log2 units, as floats */
 
-/* a * b + c into *out; 0 on success, -1 when the result would exceed FCL_MAX_EXTENT. */
-static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out) {
-  if (a && b > (FCL_MAX_EXTENT - c) / a) return -1;
+int fcl_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out) {
+  if (c > FCL_MAX_EXTENT || (a && b > (FCL_MAX_EXTENT - c) / a)) return -1;
   *out = a * b + c;
   return *out > FCL_MAX_EXTENT ? -1 : 0;
 }
 
 fcl_status fcl_padded_rows(const fcl_problem *p, size_t *rows) {
   uint64_t n;
-  if (mul_add((uint64_t)p->batch, (uint64_t)p->heads, 0, &n) || mul_add(n, (uint64_t)p->nq, 0, &n) ||
+  if (fcl_mul_add((uint64_t)p->batch, (uint64_t)p->heads, 0, &n) || fcl_mul_add(n, (uint64_t)p->nq, 0, &n) ||
       n > SIZE_MAX / sizeof(float))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "batch * num_heads * seqlen_q (%lld * %lld * %lld) is too large",
                     (long long)p->batch, (long long)p->heads, (long long)p->nq);
@@ -34,7 +31,7 @@ fcl_status fcl_padded_rows(const fcl_problem *p, size_t *rows) {
 fcl_status fcl_row_count(const fcl_problem *p, size_t *rows) {
   if (!p->cu_q) return fcl_padded_rows(p, rows);
   uint64_t n;
-  if (mul_add((uint64_t)p->heads, (uint64_t)p->total_q, 0, &n) || n > SIZE_MAX / sizeof(float))
+  if (fcl_mul_add((uint64_t)p->heads, (uint64_t)p->total_q, 0, &n) || n > SIZE_MAX / sizeof(float))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_heads * total_q (%lld * %lld) is too large",
                     (long long)p->heads, (long long)p->total_q);
   *rows = (size_t)n;
@@ -111,7 +108,7 @@ fcl_status fcl_check_sequences(const fcl_context *ctx, const fcl_problem *p) {
   for (int i = 0; i < 4; ++i) {
     if (!idx[i].buf) continue;
     uint64_t count = (uint64_t)idx[i].count;
-    if (i == 3 && mul_add((uint64_t)p->batch, (uint64_t)p->table_stride, 0, &count))
+    if (i == 3 && fcl_mul_add((uint64_t)p->batch, (uint64_t)p->table_stride, 0, &count))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "batch * block_table_stride is too large");
     size_t size = 0;
     fcl_status st = check_mem_context(ctx, idx[i].buf, idx[i].what, &size);
@@ -138,12 +135,12 @@ static fcl_status resolve_modifiers(const fcl_attention_desc *desc, fcl_problem 
                     (double)desc->softcap);
   /* Kernels take softcap, the cap in log2 units and its inverse as floats (common.cl): all three must be normal
      floats, which a device that flushes subnormals keeps (the inverse is normal while the cap is at most 2^126). */
-  const double cap = (double)desc->softcap * 1.4426950408889634, cap_max = 0x1p126;
+  const double cap = (double)desc->softcap * LOG2E, cap_max = 0x1p126;
   if (desc->softcap > 0.0f && (desc->softcap < FLT_MIN || cap > cap_max))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "desc->softcap is %g; it must be 0 (off) or from %g to %g (softcap, softcap * log2(e) and its "
                     "inverse must be normal floats)",
-                    (double)desc->softcap, (double)FLT_MIN, cap_max / 1.4426950408889634);
+                    (double)desc->softcap, (double)FLT_MIN, cap_max / LOG2E);
   p->softcap = desc->softcap;
   if (desc->window != 0 && desc->window != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->window is %d; it must be 0 or 1", desc->window);
@@ -256,9 +253,9 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
   if (!isfinite(desc->scale))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; it must be finite (0 = 1/sqrt(head_dim))", (double)desc->scale);
   /* Kernels turn scores into log2 units with scale * log2(e) in float; that product must stay finite. */
-  if (fabs((double)desc->scale) * 1.4426950408889634 > (double)FLT_MAX)
+  if (fabs((double)desc->scale) * LOG2E > (double)FLT_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->scale is %g; its magnitude must be at most %g (scale * log2(e) must be a finite float)",
-                    (double)desc->scale, (double)FLT_MAX / 1.4426950408889634);
+                    (double)desc->scale, (double)FLT_MAX / LOG2E);
   if (desc->causal != 0 && desc->causal != 1)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->causal is %d; it must be 0 or 1", desc->causal);
 
@@ -294,15 +291,15 @@ fcl_status fcl_resolve_problem(const fcl_attention_desc *desc, fcl_problem *p) {
     const int packed = t == 0 || t == 3 ? p->cu_q != NULL : p->cu_k != NULL;
     if (packed && s[1] == 0 && s[2] == 0) { /* packed [total, heads, d] */
       uint64_t row_elems;
-      if (mul_add((uint64_t)heads, (uint64_t)desc->head_dim, 0, &row_elems))
+      if (fcl_mul_add((uint64_t)heads, (uint64_t)desc->head_dim, 0, &row_elems))
         return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too large", tensor_names[t]);
       resolved[t][0] = 0, resolved[t][1] = desc->head_dim, resolved[t][2] = (int64_t)row_elems;
       continue;
     }
     if (s[0] == 0 && s[1] == 0 && s[2] == 0) {
       uint64_t head_elems, batch_elems;
-      if (mul_add((uint64_t)rows, (uint64_t)desc->head_dim, 0, &head_elems) ||
-          mul_add((uint64_t)heads, head_elems, 0, &batch_elems))
+      if (fcl_mul_add((uint64_t)rows, (uint64_t)desc->head_dim, 0, &head_elems) ||
+          fcl_mul_add((uint64_t)heads, head_elems, 0, &batch_elems))
         return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too large: one batch of it exceeds 2^62 elements", tensor_names[t]);
       resolved[t][2] = desc->head_dim;
       resolved[t][1] = (int64_t)head_elems;
@@ -336,14 +333,14 @@ fcl_status fcl_tensor_bytes(const fcl_problem *p, const char *what, const int64_
                             const int64_t stride[3], int64_t offset, uint64_t *first, uint64_t *end) {
   /* Last element reached, in elements, with every step checked against overflow. */
   uint64_t last = (uint64_t)p->d - 1;
-  if (mul_add(1, (uint64_t)offset, last, &last))
+  if (fcl_mul_add(1, (uint64_t)offset, last, &last))
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: offset %lld is beyond any buffer", what, (long long)offset);
   for (int i = 0; i < 3; ++i)
-    if (mul_add((uint64_t)(counts[i] - 1), (uint64_t)stride[i], last, &last))
+    if (fcl_mul_add((uint64_t)(counts[i] - 1), (uint64_t)stride[i], last, &last))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: stride[%d] = %lld reaches beyond any buffer", what, i,
                       (long long)stride[i]);
   uint64_t need = 0;
-  if (mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
+  if (fcl_mul_add(last + 1, p->elem_size, 0, &need) || need > SIZE_MAX)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s: its strides and offset reach beyond any buffer", what);
   *first = (uint64_t)offset * p->elem_size; /* offset <= last < 2^62 elements */
   *end = need;
@@ -442,7 +439,7 @@ static fcl_status check_float_range(const fcl_context *ctx, cl_mem buf, const ch
   fcl_status st = check_mem_context(ctx, buf, what, &size);
   if (st) return st;
   uint64_t need = 0;
-  if (mul_add(1, first, count, &need) || mul_add(need, sizeof(float), 0, &need) || need > size)
+  if (fcl_mul_add(1, first, count, &need) || fcl_mul_add(need, sizeof(float), 0, &need) || need > size)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "%s is too small: it needs %llu bytes but holds %zu", what,
                     (unsigned long long)need, size);
   return FCL_SUCCESS;
@@ -471,7 +468,7 @@ fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p) {
   fcl_status st;
   if (p->alibi) {
     uint64_t first; /* of the last batch's slopes */
-    if (mul_add((uint64_t)(p->batch - 1), (uint64_t)p->alibi_sb, (uint64_t)p->alibi_offset, &first))
+    if (fcl_mul_add((uint64_t)(p->batch - 1), (uint64_t)p->alibi_sb, (uint64_t)p->alibi_offset, &first))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->alibi_batch_stride and alibi_offset reach beyond any buffer");
     if ((st = check_float_range(ctx, p->alibi, "desc->alibi_slopes", first, (uint64_t)p->heads))) return st;
   }
@@ -481,14 +478,14 @@ fcl_status fcl_check_modifiers(const fcl_context *ctx, const fcl_problem *p) {
     if ((st = check_mem_context(ctx, p->mask, "desc->mask", &size))) return st;
     const int64_t counts[3] = {p->batch, p->heads, p->nq};
     uint64_t last = (uint64_t)p->nk - 1;
-    if (mul_add(1, (uint64_t)p->mask_offset, last, &last))
+    if (fcl_mul_add(1, (uint64_t)p->mask_offset, last, &last))
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_offset is beyond any buffer");
     for (int i = 0; i < 3; ++i)
-      if (mul_add((uint64_t)(counts[i] - 1), (uint64_t)p->mask_stride[i], last, &last))
+      if (fcl_mul_add((uint64_t)(counts[i] - 1), (uint64_t)p->mask_stride[i], last, &last))
         return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "desc->mask_stride[%d] reaches beyond any buffer", i);
     uint64_t need = 0;
     const size_t es = p->mask_dtype == FCL_DTYPE_F32 ? 4 : 2;
-    if (mul_add(last + 1, es, 0, &need) || need > size)
+    if (fcl_mul_add(last + 1, es, 0, &need) || need > size)
       return fcl_fail(FCL_ERROR_INVALID_ARGUMENT,
                       "desc->mask is too small: its strides and offset reach byte %llu but the buffer holds %zu bytes",
                       (unsigned long long)need, size);

@@ -496,6 +496,12 @@ fcl_status fcl_chain_end(fcl_chain *c, cl_event *event);
 
 /* ---- desc.c: descriptor validation shared by every operation ---- */
 
+/* Largest element index or byte count the library accepts: device addresses are 64-bit and kernels
+   index with signed 64-bit arithmetic. */
+#define FCL_MAX_EXTENT ((uint64_t)1 << 62)
+/* a * b + c into *out; 0 on success, -1 when c or the result would exceed FCL_MAX_EXTENT. */
+int fcl_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out);
+
 /* A validated descriptor with defaults resolved. */
 typedef struct fcl_problem {
   int64_t batch, heads, kv_heads, group; /* group = heads / kv_heads */

@@ -82,12 +82,12 @@ fcl_status fcl_attention_merge(fcl_context *ctx, cl_command_queue queue, const f
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts is %u; it must be at least 1", num_parts);
   if (parts_stride < 0)
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "parts_stride is %lld; it must not be negative", (long long)parts_stride);
-  /* Part i is a tensor laid out as o at element o_offset + i * parts_stride of o_parts. The bound is tested before
-     the product is formed: a signed overflow tested after it is undefined, and compilers drop such a test. */
-  if (parts_stride && (uint64_t)(num_parts - 1) > (uint64_t)(INT64_MAX - p.o_offset) / (uint64_t)parts_stride)
-    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "(num_parts - 1) * parts_stride (%u - 1) * %lld overflows", num_parts,
-                    (long long)parts_stride);
-  const int64_t last_offset = p.o_offset + (int64_t)(num_parts - 1) * parts_stride;
+  /* Part i is a tensor laid out as o at element o_offset + i * parts_stride of o_parts. */
+  uint64_t last;
+  if (fcl_mul_add(num_parts - 1, (uint64_t)parts_stride, (uint64_t)p.o_offset, &last))
+    return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "o_offset + (num_parts - 1) * parts_stride (%lld + (%u - 1) * %lld) overflows",
+                    (long long)p.o_offset, num_parts, (long long)parts_stride);
+  const int64_t last_offset = (int64_t)last;
   if ((st = fcl_check_tensor(ctx, o_parts, "o_parts", &p, p.q_counts, p.o_stride, last_offset)) ||
       (rows > SIZE_MAX / num_parts &&
        (st = fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_parts * batch * num_heads * seqlen_q is too large"))) ||
