@@ -45,7 +45,7 @@ void fcl_combine(__global const part_t *part_o, long part_off, long part_sb, lon
   /* Where the row goes: row i of (b, h), or with VARLEN_Q row i of sequence b's packed rows (rows past the
      sequence's end, or of a sequence whose cu_q entries do not fit, are not written). */
 #if VARLEN_Q
-  const int2 seq = fcl_packed_range(cu_q, (int)b, total_q, nq);
+  const int2 seq = fcl_packed_range(cu_q, (int)b, total_q, nq, true);
   if (i >= seq.y) return;
   const long out_row = (long)seq.x + i, lse_row = (long)h * total_q + out_row, out_base = o_off + h * o_sh;
 #else

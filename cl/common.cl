@@ -293,25 +293,62 @@ typedef struct fcl_seq {
   int block_shift;            /* KV 2: log2(block_size) when it is a power of two (the common sizes), else -1 */
 } fcl_seq;
 
-/* A packed range [cu[b], cu[b + 1]) that fits in [0, total) and is at most max long; else (-1, 0). */
-inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max) {
-  const int lo = cu[b], hi = cu[b + 1];
-  return lo >= 0 && hi >= lo && hi <= total && hi - lo <= max ? (int2)(lo, hi - lo) : (int2)(-1, 0);
+/* Whether cu[0..n] starts at 0 or more and never decreases: then the ranges [cu[i], cu[i + 1]) of the first n
+   sequences lie in order without overlapping. Every work-item of a work-group gets the same answer. The portable
+   kernels: each work-item reads every entry, (n + 1) / 4 + 3 loop iterations (loop_bounds.c's
+   fcl_prefix_loop_iterations). The tensor-core kernels (FCL_PTX), which call it where all of a warp's lanes are
+   active: the lanes take 32 neighbouring pairs a pass, in coalesced loads, and vote. */
+inline bool fcl_sorted_prefix(__global const int *cu, int n) {
+#if FCL_PTX
+  int bad = 0, any;
+  for (int j = get_local_id(0) & 31; j <= n; j += 32) bad |= (j ? cu[j - 1] : 0) > cu[j];
+  asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
+               " selp.s32 %0, 1, 0, q_;\n}\n"
+               : "=r"(any)
+               : "r"(bad));
+  return !any;
+#else
+  bool ok = true;
+  int prev = 0, i = 0;
+  for (; i + 3 <= n; i += 4) {
+    const int4 c = vload4(0, cu + i);
+    ok &= prev <= c.x & c.x <= c.y & c.y <= c.z & c.z <= c.w;
+    prev = c.w;
+  }
+  for (; i <= n; ++i) {
+    const int c = cu[i];
+    ok &= prev <= c;
+    prev = c;
+  }
+  return ok;
+#endif
 }
 
-/* Sequence b of a launch whose longest sequences have nq_max query rows and nk_max keys. */
-#define FCL_SEQ_INIT(s, b, nq_max, nk_max)                                                    \
+/* A packed range [cu[b], cu[b + 1]) that fits in [0, total) and is at most max long; else (-1, 0). With
+   `prefix`, also entries cu[0..b + 1] that never decrease from 0 or more (fcl_sorted_prefix), so that no two
+   ranges that pass overlap: a caller that leaves it out has checked the whole array. */
+inline int2 fcl_packed_range(__global const int *cu, int b, int total, int max, bool prefix) {
+  const int lo = cu[b], hi = cu[b + 1];
+  const bool fits = lo >= 0 && hi >= lo && hi <= total && hi - lo <= max && (!prefix || fcl_sorted_prefix(cu, b + 1));
+  return fits ? (int2)(lo, hi - lo) : (int2)(-1, 0);
+}
+
+/* Sequence b of a launch whose longest sequences have nq_max query rows and nk_max keys. Its cu_q and cu_k
+   entries are trusted only after a prefix of entries that never decrease (fcl_packed_range): a kernel that loops
+   over every sequence checks the whole arrays once and passes prefix false to FCL_SEQ_INIT_FROM. */
+#define FCL_SEQ_INIT(s, b, nq_max, nk_max) FCL_SEQ_INIT_FROM(s, b, nq_max, nk_max, true)
+#define FCL_SEQ_INIT_FROM(s, b, nq_max, nk_max, prefix)                                       \
   do {                                                                                      \
     (s).nq = (nq_max), (s).nk = (nk_max), (s).q_row = 0, (s).k_row = 0, (s).bad = false;   \
     (s).skip = false, (s).k_rows = (nk_max);                                                \
     (s).table = block_table, (s).block_size = block_size, (s).num_blocks = num_blocks;     \
     (s).block_shift = (block_size & (block_size - 1)) == 0 ? 31 - clz(block_size) : -1;     \
     if (VARLEN_Q) {                                                                         \
-      const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max));                       \
+      const int2 r_ = fcl_packed_range(cu_q, (b), total_q, (nq_max), (prefix));              \
       (s).q_row = max(r_.x, 0), (s).nq = r_.y, (s).skip = r_.x < 0;                         \
     }                                                                                       \
     if (KV == 1) {                                                                          \
-      const int2 r_ = fcl_packed_range(cu_k, (b), total_k, (nk_max));                       \
+      const int2 r_ = fcl_packed_range(cu_k, (b), total_k, (nk_max), (prefix));              \
       (s).k_row = max(r_.x, 0), (s).nk = (s).k_rows = r_.y, (s).bad |= r_.x < 0;            \
     }                                                                                       \
     if (SEQLENS_K) {                                                                        \

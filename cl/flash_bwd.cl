@@ -62,10 +62,11 @@ void flash_bwd_dsinks(__global const float *lse, __global const float *dvec, __g
   const int h = get_group_id(0);
   const float sink = sinks[h];
   float acc = 0.0f;
-  bool bad = false;
+  /* Packed offsets that ever decrease leave some sequence untrusted (FCL_SEQ_INIT): checked once here. */
+  bool bad = (VARLEN_Q && !fcl_sorted_prefix(cu_q, batch)) || (KV == 1 && !fcl_sorted_prefix(cu_k, batch));
   for (int b = 0; b < batch; ++b) {
     fcl_seq seq;
-    FCL_SEQ_INIT(seq, b, nq_max, nk_max);
+    FCL_SEQ_INIT_FROM(seq, b, nq_max, nk_max, false);
     /* A sequence whose indices did not fit has an unknown share of the sum. */
     bad |= seq.bad || seq.skip;
     const long base = fcl_lse_base(&seq, b, h, num_heads, nq_max, total_q);

@@ -716,6 +716,9 @@ uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg);
 /* The backward's d_sinks kernel over batch sequences of at most nq query rows each, with wg work-items. */
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg);
+/* What every kernel of p with packed sequences spends checking its cu_seqlens arrays (common.cl's
+   fcl_sorted_prefix), on top of the counts here and there; each within_budget check below takes it off the budget. */
+uint64_t fcl_prefix_loop_iterations(const fcl_problem *p);
 /* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
 uint64_t fcl_gather_clean_loop_iterations(int64_t d);
 uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);
@@ -736,11 +739,11 @@ int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p,
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan);
 fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],
                                       size_t dsinks_wg /* 0: no d_sinks launch */);
-fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg);
-fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg);
+fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, const fcl_problem *p, size_t wg);
+fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, const fcl_problem *p, int64_t parts, size_t wg);
 /* The same for the reference path's non-finite V kernels; *keys receives the keys each fixup launch covers (nk,
    or fewer under a budget: the fixup then runs as several launches over consecutive key ranges). */
-fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys);
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, const fcl_problem *p, int64_t *keys);
 
 /* ---- reference.c ---- */
 

@@ -132,7 +132,33 @@ int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
   return max_tiles(0, fcl_nonfinite_fixup_loop_iterations(1, d), budget);
 }
 
+/* ---- the sequence kernels' check of cu_seqlens (common.cl's fcl_sorted_prefix): once per packed array in every
+   work-item, over at most batch + 1 entries, four a pass and up to three after ---- */
+
+uint64_t fcl_prefix_loop_iterations(const fcl_problem *p) {
+  const uint64_t arrays = (uint64_t)(p->cu_q != NULL) + (uint64_t)(p->cu_k != NULL);
+  const uint64_t b = (uint64_t)(p->batch > 0 ? p->batch : 0);
+  return arrays * ((b + 1) / 4 + 3);
+}
+
 /* ---- refusals, with the numbers ---- */
+
+/* The loop iterations a kernel of p has left for its own loops after the cu_seqlens check (0: no budget). */
+static fcl_status budget_left(const fcl_device_caps *caps, const fcl_problem *p, uint64_t *left) {
+  const uint64_t prefix = fcl_prefix_loop_iterations(p);
+  *left = caps->loop_budget;
+  if (!caps->loop_budget) return FCL_SUCCESS;
+  if (prefix < caps->loop_budget) {
+    *left = caps->loop_budget - prefix;
+    return FCL_SUCCESS;
+  }
+  return fcl_fail(FCL_ERROR_UNSUPPORTED,
+                  "checking the cu_seqlens entries of %lld sequences takes %llu loop iterations per work-item, but %s "
+                  "allows %llu per work-item and launch (%s; beyond it the driver silently ends every loop): refused "
+                  "rather than computed wrong",
+                  (long long)p->batch, (unsigned long long)prefix, caps->device_name, caps->loop_budget,
+                  caps->quirk_detail);
+}
 
 /* The most rows of a range of n that a block of `block` rows of the other side sees: the window (wl + wr
    around the diagonal, causal folded in; nk and nq mean unbounded) widened by the block, at most n. The
@@ -155,9 +181,12 @@ static fcl_status refuse(const fcl_device_caps *caps, const char *kernel, const 
 }
 
 int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
-  if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD) return 1;
+  const uint64_t prefix = fcl_prefix_loop_iterations(p);
+  /* Past the budget the prefix alone is: fcl_forward_within_budget refuses. */
+  if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD || prefix >= caps->loop_budget) return 1;
+  const uint64_t budget = caps->loop_budget - prefix;
   const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
-  const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
+  const int64_t fit = fcl_forward_max_key_tiles(plan, budget);
   if (fit <= 0) return 1; /* not even one tile: fcl_forward_within_budget refuses */
   const int64_t need = (tiles + fit - 1) / fit;
   return need > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : need < 1 ? 1 : (int)need;
@@ -166,58 +195,73 @@ int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p,
 fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan *plan) {
   /* The bounds describe the portable kernel; vendor kernels run on drivers without a budget. */
   if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD) return FCL_SUCCESS;
+  uint64_t budget;
+  const fcl_status st = budget_left(caps, p, &budget);
+  if (st) return st;
   int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
   /* Split-KV: a work-group streams one chunk of ceil(tiles / splits) tiles (fcl_split_keys in common.cl). */
   if (plan->splits > 1) tiles = (tiles + plan->splits - 1) / plan->splits;
-  const int64_t fit = fcl_forward_max_key_tiles(plan, caps->loop_budget);
+  const int64_t fit = fcl_forward_max_key_tiles(plan, budget);
   if (fit > 0 && tiles <= fit) return FCL_SUCCESS;
-  return refuse(caps, "the forward kernel", "key", tiles, plan->bc, fit, fcl_forward_loop_iterations(plan, tiles));
+  return refuse(caps, "the forward kernel", "key", tiles, plan->bc, fit,
+                fcl_forward_loop_iterations(plan, tiles) + fcl_prefix_loop_iterations(p));
 }
 
 fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],
                                       size_t dsinks_wg) {
-  if (!caps->loop_budget) return FCL_SUCCESS;
+  uint64_t budget;
+  const fcl_status st = budget_left(caps, p, &budget);
+  if (st || !budget) return st;
+  const uint64_t prefix = fcl_prefix_loop_iterations(p);
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *dq = &plans[FCL_BWD_DQ];
   /* dK/dV streams query tiles of every query head of its kv head; dQ streams key tiles. */
   const int64_t kv_tiles = p->group * ((window_span(p->nq, kv->bc, p) + kv->br - 1) / kv->br);
-  const int64_t kv_fit = fcl_backward_max_tiles(kv, FCL_BWD_DKDV, p->group, caps->loop_budget);
+  const int64_t kv_fit = fcl_backward_max_tiles(kv, FCL_BWD_DKDV, p->group, budget);
   if (kv_fit <= 0 || kv_tiles > kv_fit)
     return refuse(caps, "the backward's dK/dV kernel", "query", kv_tiles, kv->br, kv_fit,
-                  fcl_backward_loop_iterations(kv, FCL_BWD_DKDV, p->group, kv_tiles));
+                  fcl_backward_loop_iterations(kv, FCL_BWD_DKDV, p->group, kv_tiles) + prefix);
   const int64_t dq_tiles = (window_span(p->nk, dq->br, p) + dq->bc - 1) / dq->bc;
-  const int64_t dq_fit = fcl_backward_max_tiles(dq, FCL_BWD_DQ, 1, caps->loop_budget);
+  const int64_t dq_fit = fcl_backward_max_tiles(dq, FCL_BWD_DQ, 1, budget);
   if (dq_fit <= 0 || dq_tiles > dq_fit)
     return refuse(caps, "the backward's dQ kernel", "key", dq_tiles, dq->bc, dq_fit,
-                  fcl_backward_loop_iterations(dq, FCL_BWD_DQ, 1, dq_tiles));
+                  fcl_backward_loop_iterations(dq, FCL_BWD_DQ, 1, dq_tiles) + prefix);
   /* The pre-pass: one loop of head_dim per work-item. */
-  if ((uint64_t)p->d > caps->loop_budget)
+  if ((uint64_t)p->d > budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "head_dim %lld exceeds the loop budget of %s (%llu iterations; %s)",
                     (long long)p->d, caps->device_name, caps->loop_budget, caps->quirk_detail);
   /* d_sinks: a work-item's share of each sequence's rows, then the reduction. */
   const uint64_t ds = dsinks_wg ? fcl_dsinks_loop_iterations(p->batch, p->nq, dsinks_wg) : 0;
-  if (ds > caps->loop_budget)
+  if (ds > budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED,
                     "the backward's d_sinks kernel runs up to %llu loop iterations per work-item over %lld rows, but "
                     "%s allows %llu per work-item and launch (%s; beyond it the driver silently ends every loop): "
                     "refused rather than computed wrong",
-                    (unsigned long long)ds, (long long)(p->batch * p->nq), caps->device_name, caps->loop_budget,
+                    (unsigned long long)(ds + prefix), (long long)(p->batch * p->nq), caps->device_name, caps->loop_budget,
                     caps->quirk_detail);
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, int64_t nk, size_t wg) {
+fcl_status fcl_softmax_within_budget(const fcl_device_caps *caps, const fcl_problem *p, size_t wg) {
+  uint64_t budget;
+  const fcl_status st = budget_left(caps, p, &budget);
+  const int64_t nk = p->nk;
   const uint64_t n = fcl_softmax_loop_iterations(nk, wg);
-  if (!caps->loop_budget || n <= caps->loop_budget) return FCL_SUCCESS;
+  if (st || !budget || n <= budget) return st;
   return fcl_fail(FCL_ERROR_UNSUPPORTED,
                   "the reference path's softmax over rows of %lld keys runs up to %llu loop iterations per work-item "
                   "(%zu work-items a row), but %s allows %llu per work-item and launch (%s; beyond it the driver "
                   "silently ends every loop): refused rather than computed wrong",
-                  (long long)nk, (unsigned long long)n, wg, caps->device_name, caps->loop_budget, caps->quirk_detail);
+                  (long long)nk, (unsigned long long)(n + fcl_prefix_loop_iterations(p)), wg, caps->device_name,
+                  caps->loop_budget, caps->quirk_detail);
 }
 
-fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, int64_t d, int64_t *keys) {
-  const int64_t most = fcl_nonfinite_fixup_max_keys(d, caps->loop_budget);
-  if (most < 0 || (caps->loop_budget && fcl_gather_clean_loop_iterations(d) > caps->loop_budget))
+fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, const fcl_problem *p, int64_t *keys) {
+  uint64_t budget;
+  const fcl_status st = budget_left(caps, p, &budget);
+  if (st) return st;
+  const int64_t nk = p->nk, d = p->d;
+  const int64_t most = fcl_nonfinite_fixup_max_keys(d, budget);
+  if (most < 0 || (budget && fcl_gather_clean_loop_iterations(d) > budget))
     return fcl_fail(FCL_ERROR_UNSUPPORTED,
                     "the reference path's exclusion of non-finite V values runs up to %llu loop iterations per "
                     "work-item for one key of head_dim %lld, but %s allows %llu per work-item and launch (%s; beyond "
@@ -228,12 +272,15 @@ fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, int64_t nk, 
   return FCL_SUCCESS;
 }
 
-fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, int64_t parts, int64_t d, size_t wg) {
-  const uint64_t n = fcl_combine_loop_iterations(parts, d, wg);
-  if (!caps->loop_budget || n <= caps->loop_budget) return FCL_SUCCESS;
+fcl_status fcl_combine_within_budget(const fcl_device_caps *caps, const fcl_problem *p, int64_t parts, size_t wg) {
+  uint64_t budget;
+  const fcl_status st = budget_left(caps, p, &budget);
+  const uint64_t n = fcl_combine_loop_iterations(parts, p->d, wg);
+  if (st || !budget || n <= budget) return st;
   return fcl_fail(FCL_ERROR_UNSUPPORTED,
                   "combining %lld parts runs up to %llu loop iterations per work-item, but %s allows %llu per "
                   "work-item and launch (%s; beyond it the driver silently ends every loop): refused rather than "
                   "computed wrong",
-                  (long long)parts, (unsigned long long)n, caps->device_name, caps->loop_budget, caps->quirk_detail);
+                  (long long)parts, (unsigned long long)(n + fcl_prefix_loop_iterations(p)), caps->device_name,
+                  caps->loop_budget, caps->quirk_detail);
 }

@@ -33,7 +33,7 @@ fcl_status fcl_prepare_combine(fcl_context *ctx, const fcl_problem *p, int in_dt
   fcl_status st = fcl_get_kernel_wg(ctx, files, 2, "fcl_combine", defines, max_wg, &out->kernel, &out->wg);
   if (st) return st;
   out->slices = fcl_combine_layout_of(count, p->d, out->wg).slices;
-  return fcl_combine_within_budget(&ctx->caps, (int64_t)count, p->d, out->wg);
+  return fcl_combine_within_budget(&ctx->caps, p, (int64_t)count, out->wg);
 }
 
 fcl_status fcl_enqueue_combine(cl_command_queue queue, const fcl_problem *p, const fcl_combine *c,

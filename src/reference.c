@@ -493,8 +493,8 @@ fcl_status fcl_attention_reference(fcl_context *ctx, cl_command_queue queue, con
   char mods[160];
   fcl_modifier_defines(&p, mods, sizeof mods);
   st = softmax_kernel(ctx, mods, &r.softmax, &r.softmax_wg);
-  if (!st) st = fcl_softmax_within_budget(&ctx->caps, p.nk, r.softmax_wg);
-  if (!st) st = fcl_nonfinite_within_budget(&ctx->caps, p.nk, p.d, &r.fixup_keys);
+  if (!st) st = fcl_softmax_within_budget(&ctx->caps, &p, r.softmax_wg);
+  if (!st) st = fcl_nonfinite_within_budget(&ctx->caps, &p, &r.fixup_keys);
   if (!st && !(rp.plain[REF_Q] && rp.plain[REF_K]))
     st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_rows", defines, &r.gather);
   if (!st) st = fcl_get_kernel(ctx, ref_files, 2, "fcl_gather_clean_rows", defines, &r.gather_clean);

@@ -5,7 +5,23 @@
 #include <string.h>
 
 static const char *kv_names[3] = {"dense", "packed", "paged"};
-static const char *bad_names[5] = {"", "_bad-block", "_bad-seqlen", "_bad-cu-q", "_bad-cu-k"};
+static const char *bad_names[7] = {"", "_bad-block", "_bad-seqlen", "_bad-cu-q", "_bad-cu-k", "_bad-cu-q-order",
+                                   "_bad-cu-k-order"};
+
+int seq_bad_for(const seq_case *c, int b) {
+  if (c->bad == BAD_CU_Q_ORDER || c->bad == BAD_CU_K_ORDER)
+    return b < c->b - 2 ? BAD_NONE : c->bad == BAD_CU_Q_ORDER ? BAD_CU_Q : BAD_CU_K;
+  return b == c->b - 1 ? c->bad : BAD_NONE;
+}
+
+/* The order plant: the last of B ranges moved down to start one row before the second-to-last's, its length
+   kept (so within the bounds the sequence is checked against on its own). 0 when it cannot be planted. */
+static int plant_overlap(int *cu, int B) {
+  if (B < 3 || cu[B - 2] < 1) return 0;
+  const int shift = cu[B - 1] - cu[B - 2] + 1;
+  cu[B - 1] -= shift, cu[B] -= shift;
+  return 1;
+}
 
 void seq_case_name(const seq_case *c, char *out, size_t size) {
   char lens[64] = "", mods[96] = "";
@@ -170,6 +186,7 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   if (c->bad == BAD_SEQLEN) seqlens[victim] = in->nk_max + 1;
   if (c->bad == BAD_CU_Q) cu_q[B] = in->total_q + 1;
   if (c->bad == BAD_CU_K) cu_k[B] = in->total_k + 1;
+  int setup = (c->bad == BAD_CU_Q_ORDER && !plant_overlap(cu_q, B)) || (c->bad == BAD_CU_K_ORDER && !plant_overlap(cu_k, B));
 
   fcl_attention_desc *desc = &in->desc;
   memset(desc, 0, sizeof *desc);
@@ -179,7 +196,7 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   in->k = seq_dtype_buffer(env, hk, in->kv_elems, c->dtype, NAN);
   in->v = seq_dtype_buffer(env, hv, in->kv_elems, c->dtype, NAN);
   free(hq), free(hk), free(hv);
-  int setup = !in->q || !in->k || !in->v || mods_create(env, &c->mods, desc, &in->mb);
+  setup |= !in->q || !in->k || !in->v || mods_create(env, &c->mods, desc, &in->mb);
   if (c->varlen_q) {
     setup |= !(in->cuq = seq_int_buffer(env, cu_q, (size_t)B + 1));
     desc->cu_seqlens_q = in->cuq, desc->total_q = in->total_q;

@@ -86,6 +86,39 @@ static void test_bounds(void) {
   check(keys == 1008 && fcl_nonfinite_fixup_loop_iterations(keys, 64) <= 65535 &&
             fcl_nonfinite_fixup_loop_iterations(keys + 1, 64) > 65535,
         "fixup keys under llvmpipe's 65535 at d=64: %lld, the most that fit", (long long)keys);
+
+  /* The cu_seqlens check (common.cl's fcl_sorted_prefix): (batch + 1) / 4 + 3 iterations a packed array, taken off
+     the budget of the kernels' own loops; a batch whose check alone does not fit is refused, saying so. */
+  fcl_problem packed;
+  memset(&packed, 0, sizeof packed);
+  packed.batch = 1000, packed.heads = packed.kv_heads = packed.group = 1, packed.d = 64, packed.nq = 64;
+  fcl_tile_plan f;
+  if (fcl_plan_forward(&gpu, &no_overrides, &packed, 0, NULL, &f)) {
+    check(0, "packed: no plan");
+    return;
+  }
+  packed.nk = 2 * (int64_t)f.bc, packed.wl = packed.nk, packed.wr = packed.nq; /* two key tiles, no window */
+  check(fcl_prefix_loop_iterations(&packed) == 0, "dense sequences: no check");
+  packed.cu_q = (cl_mem)&packed; /* only told from NULL */
+  check(fcl_prefix_loop_iterations(&packed) == 253, "cu_seqlens_q of 1000 sequences: 253 iterations");
+  packed.cu_k = (cl_mem)&packed;
+  const uint64_t prefix = fcl_prefix_loop_iterations(&packed);
+  check(prefix == 506, "cu_seqlens_q and _k of 1000 sequences: 506 iterations (%llu)", (unsigned long long)prefix);
+  fcl_device_caps budgeted = gpu;
+  snprintf(budgeted.device_name, sizeof budgeted.device_name, "a budgeted device");
+  budgeted.loop_budget = fcl_forward_loop_iterations(&f, 2) + prefix;
+  f.splits = 1;
+  check(fcl_forward_within_budget(&budgeted, &packed, &f) == FCL_SUCCESS, "two key tiles and the check fit: %s",
+        fcl_last_error());
+  budgeted.loop_budget -= 1;
+  const fcl_status st = fcl_forward_within_budget(&budgeted, &packed, &f);
+  check(st == FCL_ERROR_UNSUPPORTED, "one iteration less: refused (%s)", fcl_status_string(st));
+  check(fcl_forward_budget_splits(&budgeted, &packed, &f) == 2, "one iteration less: two chunks of one tile");
+  budgeted.loop_budget = prefix;
+  const fcl_status at = fcl_softmax_within_budget(&budgeted, &packed, 64);
+  check(at == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "cu_seqlens"),
+        "a budget the check alone fills: refused, naming it (%s)", fcl_last_error());
+  fcl_clear_error();
 }
 
 /* ---- the probe and its record ---- */
@@ -189,9 +222,21 @@ static fcl_status forward_status(test_env *env, fcl_context *ctx, long long nq, 
   return st;
 }
 
+/* A context that runs the portable kernels only: the budget bounds their loops (vendor kernels run on drivers
+   without one, so on an NVIDIA GPU the forward and backward would otherwise take tensor cores whatever it says). */
+static fcl_context *portable_context(test_env *env) {
+  fcl_context_options o = {"", NULL, FCL_FLAG_PORTABLE_ONLY};
+  fcl_context *ctx = NULL;
+  if (fcl_context_create(env->context, env->device, &o, &ctx) != FCL_SUCCESS) {
+    check(0, "fcl_context_create: %s", fcl_last_error());
+    return NULL;
+  }
+  return ctx;
+}
+
 static void test_forced(test_env *env) {
   setenv("FLASHCL_LOOP_BUDGET", "65535", 1);
-  fcl_context *ctx = context_in(env, "");
+  fcl_context *ctx = portable_context(env);
   if (!ctx) return;
   check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 65535,
         "FLASHCL_LOOP_BUDGET=65535 forces the budget (%s, %llu)", source_name(ctx->caps.loop_budget_source),
@@ -217,7 +262,7 @@ static void test_forced(test_env *env) {
   /* fcl_attention_merge of 800 parts past a budget of 300 (at head_dim 4 each of the combine's 16 part lanes
      takes 50: 496 loop iterations a work-item); 40 parts stay within it (120). */
   setenv("FLASHCL_LOOP_BUDGET", "300", 1);
-  ctx = context_in(env, "");
+  ctx = portable_context(env);
   if (ctx) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -245,7 +290,7 @@ static void test_forced(test_env *env) {
 
   /* A budget below one key tile: no split helps, the forward refuses and says why. */
   setenv("FLASHCL_LOOP_BUDGET", "100", 1);
-  ctx = context_in(env, "");
+  ctx = portable_context(env);
   if (ctx) {
     fcl_status st = forward_status(env, ctx, 64, 100, 64);
     check(st == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "loop iterations per work-item"),

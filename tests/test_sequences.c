@@ -3,7 +3,8 @@
  * 15, 16, 17 and 1000 in one batch; decode (1 query row), speculative (5) and whole prompts; block sizes 1,
  * 3, 16, 64 and 256; block tables in random order with blocks shared between sequences (prefix sharing)
  * and garbage in the unused entries; every score modifier; and planted bad indices (a block outside the
- * pool, a key count beyond seqlen_k, packed offsets past the end), whose documented outcome is checked
+ * pool, a key count beyond seqlen_k, packed offsets past the end, packed offsets that decrease so that a later
+ * range valid on its own overlaps earlier rows), whose documented outcome is checked
  * element by element: NaN in exactly the rows that see a bad block, NaN in every row of a sequence with a
  * bad key count, and nothing written for a sequence whose query offsets do not fit. The inputs come from
  * sequence_inputs.c, shared with test_sequences_backward.c.
@@ -46,10 +47,9 @@ static void run_sequence_case(test_env *env, const seq_case *c, fwd_fn fn, const
     }
   }
 
-  /* The host reference, sequence by sequence, on its own dense tensors. Planted bad indices (in the last
-     sequence) and what each must give: NaN in exactly the rows that see a bad block, NaN in every row of a
+  /* The host reference, sequence by sequence, on its own dense tensors. Planted bad indices (seq_bad_for) and
+     what each must give: NaN in exactly the rows that see a bad block, NaN in every row of a
      sequence with a bad key count or key offsets, nothing written for one whose query offsets do not fit. */
-  const int victim = B - 1;
   double err2 = 0, ref2 = 0, max_abs = 0, lse_max = 0;
   long nan_wrong = 0, checked_rows = 0;
   if (st == FCL_SUCCESS) {
@@ -59,8 +59,9 @@ static void run_sequence_case(test_env *env, const seq_case *c, fwd_fn fn, const
       seq_reference_make(&in, b, &r);
       double *ro = malloc((size_t)H * nq * D * sizeof(double) + 1), *rl = malloc((size_t)H * nq * sizeof(double) + 1);
       reference_forward(&r.desc, &r.mods, r.q, r.k, r.v, ro, rl);
-      const int whole_nan = b == victim && (c->bad == BAD_SEQLEN || c->bad == BAD_CU_K);
-      const int unwritten = b == victim && c->bad == BAD_CU_Q; /* still the NaN poison */
+      const int bad = seq_bad_for(c, b);
+      const int whole_nan = bad == BAD_SEQLEN || bad == BAD_CU_K;
+      const int unwritten = bad == BAD_CU_Q; /* still the NaN poison */
       for (int h = 0; h < H; ++h)
         for (int i = 0; i < nq; ++i) {
           ++checked_rows;
@@ -157,6 +158,8 @@ static int small_cases(seq_case *list) {
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 2, lens_short, BAD_CU_Q, none});
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_BF16, 0, 0, KV_DENSE, 0, 0, 1, lens_short, BAD_SEQLEN, none});
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K, none});
+  n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 2, lens_short, BAD_CU_Q_ORDER, none});
+  n = add(list, n, (seq_case){3, 2, 1, 8, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K_ORDER, none});
   return n;
 }
 
@@ -193,6 +196,10 @@ static int full_cases(seq_case *list) {
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 0, KV_PAGED, 16, 0, 1, lens_mixed, BAD_SEQLEN, none});
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q, none});
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_BF16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K, none});
+  /* Packed offsets that decrease once: the sequences from there on, each valid alone, overlap earlier rows. */
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_ORDER, none});
+  n = add(list, n, (seq_case){5, 8, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 1, lens_mixed, BAD_CU_Q_ORDER, none});
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_BF16, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K_ORDER, none});
   return n;
 }
 

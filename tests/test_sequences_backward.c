@@ -102,7 +102,7 @@ static void run_case(test_env *env, const void *arg) {
     run_paged_refusal(env, bc, name);
     return;
   }
-  const int B = c->b, H = c->h, Hkv = c->hkv, D = c->d, victim = B - 1;
+  const int B = c->b, H = c->h, Hkv = c->hkv, D = c->d;
   seq_inputs in;
   int setup = seq_inputs_create(env, c, &in);
   const size_t q_elems = in.q_elems, kv_elems = in.kv_elems, rows = (size_t)in.total_q * H;
@@ -197,17 +197,17 @@ static void run_case(test_env *env, const void *arg) {
   } else if (st) {
     check(0, "%s: %s: %s", name, fcl_status_string(st), fcl_last_error());
   } else {
-    /* What each planted index must give (docs/api.md): dQ rows of the victim not written (bad cu_q) or NaN
-       (bad cu_k or seqlens_k); its dK, dV rows not written (bad cu_k) or NaN (bad cu_q or seqlens_k); d_sinks
-       NaN. */
+    /* What each planted index must give (docs/api.md; seq_bad_for names the victims): a victim's dQ rows not
+       written (bad cu_q) or NaN (bad cu_k or seqlens_k); its dK, dV rows not written (bad cu_k) or NaN (bad cu_q
+       or seqlens_k); d_sinks NaN. */
     const float sentinel = round_to_dtype(SENTINEL, c->dtype);
     const int bad = c->bad != BAD_NONE;
     long wrong = 0, zeros = 0;
     double worst[3] = {0, 0, 0};
     for (int b = 0; b < B; ++b) {
-      const int nq = in.nq[b], nk = in.nk[b], is_victim = bad && b == victim;
-      const int q_expect = !is_victim ? 0 : c->bad == BAD_CU_Q ? 1 : 2;  /* 0 compare, 1 sentinel, 2 NaN */
-      const int kv_expect = !is_victim ? 0 : c->bad == BAD_CU_K ? 1 : 2;
+      const int nq = in.nq[b], nk = in.nk[b], plant = seq_bad_for(c, b);
+      const int q_expect = !plant ? 0 : plant == BAD_CU_Q ? 1 : 2;  /* 0 compare, 1 sentinel, 2 NaN */
+      const int kv_expect = !plant ? 0 : plant == BAD_CU_K ? 1 : 2;
       /* The key rows this sequence owns: its packed range, or its batch's seqlen_k rows when dense. */
       const int k_rows = c->kv == KV_DENSE ? in.nk_max : in.cu_k[b + 1] - in.cu_k[b];
       double e2[3] = {0, 0, 0}, r2[3] = {0, 0, 0};
@@ -312,6 +312,8 @@ static int small_cases(bwd_seq_case *list) {
   n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K, sinks}, 0, 0);
   n = add(list, n, (seq_case){3, 2, 1, 8, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_SEQLEN, sinks, 2}, 0, 0);
   n = add(list, n, (seq_case){3, 2, 1, 8, FCL_DTYPE_F32, 1, 1, KV_PAGED, 4, 0, 0, lens_short, BAD_NONE, none}, 0, 0);
+  n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_Q_ORDER, sinks}, 0, 0);
+  n = add(list, n, (seq_case){3, 2, 2, 8, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K_ORDER, none}, 0, 0);
   return n;
 }
 
@@ -354,6 +356,9 @@ static int full_cases(bwd_seq_case *list) {
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 0, KV_DENSE, 0, 0, 4, lens_mixed, BAD_SEQLEN, sinks}, 0, 0);
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K, none}, 1, 0);
   n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_SEQLEN, sinks, 2}, 0, 0);
+  /* Packed offsets that decrease once: the sequences from there on, each valid alone, overlap earlier rows. */
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_ORDER, sinks}, 0, 0);
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K_ORDER, sinks}, 0, 0);
   /* Paged K/V is refused. */
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PAGED, 16, 0, 0, lens_short, 0, none}, 0, 0);
   return n;
