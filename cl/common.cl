@@ -297,11 +297,12 @@ typedef struct fcl_seq {
    sequences lie in order without overlapping. Every work-item of a work-group gets the same answer. The portable
    kernels: each work-item reads every entry, (n + 1) / 4 + 3 loop iterations (loop_bounds.c's
    fcl_prefix_loop_iterations). The tensor-core kernels (FCL_PTX), which call it where all of a warp's lanes are
-   active: the lanes take 32 neighbouring pairs a pass, in coalesced loads, and vote. */
+   active: the lanes take 32 neighbouring pairs a pass, in coalesced loads, and vote. Counters are long: n may be
+   INT_MAX. */
 inline bool fcl_sorted_prefix(__global const int *cu, int n) {
 #if FCL_PTX
   int bad = 0, any;
-  for (int j = get_local_id(0) & 31; j <= n; j += 32) bad |= (j ? cu[j - 1] : 0) > cu[j];
+  for (long j = get_local_id(0) & 31; j <= n; j += 32) bad |= (j ? cu[j - 1] : 0) > cu[j];
   asm volatile("{\n .reg .pred p_, q_;\n setp.ne.s32 p_, %1, 0;\n vote.sync.any.pred q_, p_, 0xffffffff;\n"
                " selp.s32 %0, 1, 0, q_;\n}\n"
                : "=r"(any)
@@ -309,7 +310,8 @@ inline bool fcl_sorted_prefix(__global const int *cu, int n) {
   return !any;
 #else
   bool ok = true;
-  int prev = 0, i = 0;
+  int prev = 0;
+  long i = 0;
   for (; i + 3 <= n; i += 4) {
     const int4 c = vload4(0, cu + i);
     ok &= prev <= c.x & c.x <= c.y & c.y <= c.z & c.z <= c.w;

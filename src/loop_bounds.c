@@ -133,12 +133,13 @@ int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
 }
 
 /* ---- the sequence kernels' check of cu_seqlens (common.cl's fcl_sorted_prefix): once per packed array in every
-   work-item, over at most batch + 1 entries, four a pass and up to three after ---- */
+   work-item, over at most batch + 1 entries, four a pass and up to three after; llvmpipe also charges each of the
+   two loops one iteration for entering it, a pass or none ---- */
 
 uint64_t fcl_prefix_loop_iterations(const fcl_problem *p) {
   const uint64_t arrays = (uint64_t)(p->cu_q != NULL) + (uint64_t)(p->cu_k != NULL);
   const uint64_t b = (uint64_t)(p->batch > 0 ? p->batch : 0);
-  return arrays * ((b + 1) / 4 + 3);
+  return arrays * ((b + 1) / 4 + 3 + 2);
 }
 
 /* ---- refusals, with the numbers ---- */
@@ -225,8 +226,8 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
   if (dq_fit <= 0 || dq_tiles > dq_fit)
     return refuse(caps, "the backward's dQ kernel", "key", dq_tiles, dq->bc, dq_fit,
                   fcl_backward_loop_iterations(dq, FCL_BWD_DQ, 1, dq_tiles) + prefix);
-  /* The pre-pass: one loop of head_dim per work-item. */
-  if ((uint64_t)p->d > budget)
+  /* The pre-pass: one loop of head_dim per work-item (it reads no cu_seqlens). */
+  if ((uint64_t)p->d > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "head_dim %lld exceeds the loop budget of %s (%llu iterations; %s)",
                     (long long)p->d, caps->device_name, caps->loop_budget, caps->quirk_detail);
   /* d_sinks: a work-item's share of each sequence's rows, then the reduction. */
@@ -266,7 +267,8 @@ fcl_status fcl_nonfinite_within_budget(const fcl_device_caps *caps, const fcl_pr
                     "the reference path's exclusion of non-finite V values runs up to %llu loop iterations per "
                     "work-item for one key of head_dim %lld, but %s allows %llu per work-item and launch (%s; beyond "
                     "it the driver silently ends every loop): refused rather than computed wrong",
-                    (unsigned long long)fcl_nonfinite_fixup_loop_iterations(1, d), (long long)d, caps->device_name,
+                    (unsigned long long)(fcl_nonfinite_fixup_loop_iterations(1, d) + fcl_prefix_loop_iterations(p)),
+                    (long long)d, caps->device_name,
                     caps->loop_budget, caps->quirk_detail);
   *keys = most == 0 || most > nk ? nk : most;
   return FCL_SUCCESS;

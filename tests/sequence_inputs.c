@@ -5,21 +5,32 @@
 #include <string.h>
 
 static const char *kv_names[3] = {"dense", "packed", "paged"};
-static const char *bad_names[7] = {"", "_bad-block", "_bad-seqlen", "_bad-cu-q", "_bad-cu-k", "_bad-cu-q-order",
-                                   "_bad-cu-k-order"};
+static const char *bad_names[11] = {"", "_bad-block", "_bad-seqlen", "_bad-cu-q", "_bad-cu-k", "_bad-cu-q-order",
+                                    "_bad-cu-k-order", "_bad-cu-q-order-early", "_bad-cu-k-order-early",
+                                    "_bad-cu-q-negative", "_bad-cu-k-negative"};
+
+/* An order plant's moved ranges (1 or 2) and whether it plants in cu_seqlens_q; 0 moved for the others. */
+static int order_plant(int bad, int *in_q) {
+  *in_q = bad == BAD_CU_Q_ORDER || bad == BAD_CU_Q_ORDER_EARLY || bad == BAD_CU_Q_NEGATIVE;
+  return bad == BAD_CU_Q_ORDER || bad == BAD_CU_K_ORDER ? 1 : bad == BAD_CU_Q_ORDER_EARLY || bad == BAD_CU_K_ORDER_EARLY ? 2 : 0;
+}
 
 int seq_bad_for(const seq_case *c, int b) {
-  if (c->bad == BAD_CU_Q_ORDER || c->bad == BAD_CU_K_ORDER)
-    return b < c->b - 2 ? BAD_NONE : c->bad == BAD_CU_Q_ORDER ? BAD_CU_Q : BAD_CU_K;
+  int in_q;
+  const int moved = order_plant(c->bad, &in_q);
+  const int negative = c->bad == BAD_CU_Q_NEGATIVE || c->bad == BAD_CU_K_NEGATIVE;
+  if (moved || negative) return negative || b >= c->b - moved - 1 ? (in_q ? BAD_CU_Q : BAD_CU_K) : BAD_NONE;
   return b == c->b - 1 ? c->bad : BAD_NONE;
 }
 
-/* The order plant: the last of B ranges moved down to start one row before the second-to-last's, its length
-   kept (so within the bounds the sequence is checked against on its own). 0 when it cannot be planted. */
-static int plant_overlap(int *cu, int B) {
-  if (B < 3 || cu[B - 2] < 1) return 0;
-  const int shift = cu[B - 1] - cu[B - 2] + 1;
-  cu[B - 1] -= shift, cu[B] -= shift;
+/* The order plant: the last `moved` of B ranges moved down together so that the first of them starts one row
+   before the range ahead of it, their lengths kept (so within the bounds each is checked against on its own). 0
+   when it cannot be planted. */
+static int plant_overlap(int *cu, int B, int moved) {
+  const int k = B - moved; /* the first moved range's start */
+  if (k < 2 || cu[k - 1] < 1) return 0;
+  const int shift = cu[k] - cu[k - 1] + 1;
+  for (int i = k; i <= B; ++i) cu[i] -= shift;
   return 1;
 }
 
@@ -186,7 +197,11 @@ int seq_inputs_create(test_env *env, const seq_case *c, seq_inputs *in) {
   if (c->bad == BAD_SEQLEN) seqlens[victim] = in->nk_max + 1;
   if (c->bad == BAD_CU_Q) cu_q[B] = in->total_q + 1;
   if (c->bad == BAD_CU_K) cu_k[B] = in->total_k + 1;
-  int setup = (c->bad == BAD_CU_Q_ORDER && !plant_overlap(cu_q, B)) || (c->bad == BAD_CU_K_ORDER && !plant_overlap(cu_k, B));
+  int in_q, setup = 0;
+  const int moved = order_plant(c->bad, &in_q);
+  if (moved) setup = !plant_overlap(in_q ? cu_q : cu_k, B, moved);
+  if (c->bad == BAD_CU_Q_NEGATIVE) cu_q[0] = -1;
+  if (c->bad == BAD_CU_K_NEGATIVE) cu_k[0] = -1;
 
   fcl_attention_desc *desc = &in->desc;
   memset(desc, 0, sizeof *desc);

@@ -9,9 +9,13 @@
 #include "test_mods.h"
 
 enum { KV_DENSE = 0, KV_PACKED = 1, KV_PAGED = 2 };
-/* Planted bad indices. BAD_CU_Q_ORDER and BAD_CU_K_ORDER move the last sequence's packed range down over the rows
-   of those before it (at least one row), valid on its own: the second-to-last's range then decreases. */
-enum { BAD_NONE = 0, BAD_BLOCK, BAD_SEQLEN, BAD_CU_Q, BAD_CU_K, BAD_CU_Q_ORDER, BAD_CU_K_ORDER };
+/* Planted bad indices. The order plants move the packed ranges of the last sequence (ORDER) or of the last two
+   (ORDER_EARLY) down over earlier rows, each range valid on its own and the moved ones in order with each other:
+   the range before them then decreases. NEGATIVE makes the array's first entry -1. */
+enum {
+  BAD_NONE = 0, BAD_BLOCK, BAD_SEQLEN, BAD_CU_Q, BAD_CU_K, BAD_CU_Q_ORDER, BAD_CU_K_ORDER, BAD_CU_Q_ORDER_EARLY,
+  BAD_CU_K_ORDER_EARLY, BAD_CU_Q_NEGATIVE, BAD_CU_K_NEGATIVE
+};
 enum { MAX_SEQS = 8 };
 
 typedef struct seq_case {
@@ -24,8 +28,8 @@ typedef struct seq_case {
   int shared;      /* KV_PAGED: the second sequence starts with the first one's blocks */
   int nq;          /* query rows of every sequence; 0: each sequence's whole prompt (nq_b = nk_b) */
   const int *lens; /* b key counts */
-  int bad;         /* BAD_*: an index planted to be wrong, in the last sequence (the victim; with an order plant
-                      the last two) */
+  int bad;         /* BAD_*: an index planted to be wrong, in the last sequence (the victim; seq_bad_for says
+                      which sequences an order plant makes victims) */
   test_mods mods;
   int spare_k;     /* KV_PACKED: each sequence's cu_seqlens_k range holds spare_k rows (NaN) past the keys it
                       attends to, which seqlens_k gives (FA2's seqused_k); seqlen_k counts them */
@@ -49,8 +53,8 @@ typedef struct seq_inputs {
 } seq_inputs;
 
 /* What sequence b of case c must give under its plant: BAD_NONE (its exact result), BAD_BLOCK, BAD_SEQLEN,
-   BAD_CU_Q or BAD_CU_K (docs/api.md, "Untrusted indices"). An order plant leaves the last sequence's entries
-   valid on their own but after a decrease, so the last two are BAD_CU_Q (BAD_CU_K) alike. */
+   BAD_CU_Q or BAD_CU_K (docs/api.md, "Untrusted indices"). Every sequence from the one whose range decreases on
+   (all of them under NEGATIVE) is BAD_CU_Q (BAD_CU_K), though the moved ranges are valid on their own. */
 int seq_bad_for(const seq_case *c, int b);
 
 /* Draws the case's tensors and modifiers and creates its device buffers and descriptor. 0 on success;

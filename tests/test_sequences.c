@@ -198,8 +198,13 @@ static int full_cases(seq_case *list) {
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_BF16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K, none});
   /* Packed offsets that decrease once: the sequences from there on, each valid alone, overlap earlier rows. */
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_ORDER, none});
-  n = add(list, n, (seq_case){5, 8, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 1, lens_mixed, BAD_CU_Q_ORDER, none});
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_BF16, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K_ORDER, none});
+  /* The decrease two ranges before the last, so that the last one is in order with its neighbour; with one query
+     row a sequence it lands on a skipped sequence's row. A negative first entry: every sequence untrusted. */
+  n = add(list, n, (seq_case){5, 8, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 1, lens_mixed, BAD_CU_Q_ORDER_EARLY, none});
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K_ORDER_EARLY, none});
+  n = add(list, n, (seq_case){5, 4, 2, 32, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_NEGATIVE, none});
+  n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_BF16, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K_NEGATIVE, none});
   return n;
 }
 

@@ -359,6 +359,8 @@ static int full_cases(bwd_seq_case *list) {
   /* Packed offsets that decrease once: the sequences from there on, each valid alone, overlap earlier rows. */
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_ORDER, sinks}, 0, 0);
   n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 0, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_K_ORDER, sinks}, 0, 0);
+  n = add(list, n, (seq_case){5, 4, 2, 64, FCL_DTYPE_F32, 1, 1, KV_PACKED, 0, 0, 0, lens_mixed, BAD_CU_Q_ORDER_EARLY, sinks}, 0, 0);
+  n = add(list, n, (seq_case){3, 4, 2, 32, FCL_DTYPE_F16, 1, 1, KV_PACKED, 0, 0, 0, lens_short, BAD_CU_K_NEGATIVE, sinks}, 0, 0);
   /* Paged K/V is refused. */
   n = add(list, n, (seq_case){3, 4, 2, 64, FCL_DTYPE_F16, 1, 1, KV_PAGED, 16, 0, 0, lens_short, 0, none}, 0, 0);
   return n;
