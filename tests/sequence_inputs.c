@@ -9,7 +9,8 @@ static const char *bad_names[11] = {"", "_bad-block", "_bad-seqlen", "_bad-cu-q"
                                     "_bad-cu-k-order", "_bad-cu-q-order-early", "_bad-cu-k-order-early",
                                     "_bad-cu-q-negative", "_bad-cu-k-negative"};
 
-/* An order plant's moved ranges (1 or 2) and whether it plants in cu_seqlens_q; 0 moved for the others. */
+/* The ranges a cu_seqlens plant moves (ORDER 1, ORDER_EARLY 2, any other 0), and in *in_q whether an order or
+   NEGATIVE plant goes into cu_seqlens_q (else cu_seqlens_k). */
 static int order_plant(int bad, int *in_q) {
   *in_q = bad == BAD_CU_Q_ORDER || bad == BAD_CU_Q_ORDER_EARLY || bad == BAD_CU_Q_NEGATIVE;
   return bad == BAD_CU_Q_ORDER || bad == BAD_CU_K_ORDER ? 1 : bad == BAD_CU_Q_ORDER_EARLY || bad == BAD_CU_K_ORDER_EARLY ? 2 : 0;

@@ -88,8 +88,8 @@ static void test_bounds(void) {
         "fixup keys under llvmpipe's 65535 at d=64: %lld, the most that fit", (long long)keys);
 
   /* The cu_seqlens check (common.cl's fcl_sorted_prefix): (batch + 1) / 4 + 3 iterations a packed array and 2 for
-     entering its loops (llvmpipe charges those), taken off
-     the budget of the kernels' own loops; a batch whose check alone does not fit is refused, saying so. */
+     entering its loops (llvmpipe charges those), taken off the budget of the kernels' own loops; a batch whose check
+     alone does not fit is refused, saying so. */
   fcl_problem packed;
   memset(&packed, 0, sizeof packed);
   packed.batch = 1000, packed.heads = packed.kv_heads = packed.group = 1, packed.d = 64, packed.nq = 64;
@@ -124,8 +124,8 @@ static void test_bounds(void) {
 
 /* ---- the probe and its record ---- */
 
-static fcl_context *context_in(test_env *env, const char *dir) {
-  fcl_context_options o = {dir, NULL, 0};
+static fcl_context *context_in(test_env *env, const char *dir, unsigned flags) {
+  fcl_context_options o = {dir, NULL, flags};
   fcl_context *ctx = NULL;
   if (fcl_context_create(env->context, env->device, &o, &ctx) != FCL_SUCCESS) {
     check(0, "fcl_context_create: %s", fcl_last_error());
@@ -146,7 +146,7 @@ static void test_record(test_env *env, const char *base) {
   char dir[4200];
   snprintf(dir, sizeof dir, "%s/record", base);
   mkdir(dir, 0755);
-  fcl_context *a = context_in(env, dir);
+  fcl_context *a = context_in(env, dir, 0);
   if (!a) return;
   char *path = fcl_loop_budget_file_path(&a->caps, dir);
   struct stat st;
@@ -155,7 +155,7 @@ static void test_record(test_env *env, const char *base) {
         a->caps.quirk_detail, path ? path : "(no path)");
   printf("     loop budget %llu (0: none below 2^20), profiling clock %s\n", a->caps.loop_budget,
          a->caps.profiling_clock_unusable ? "reads zero" : "works");
-  fcl_context *b = context_in(env, dir);
+  fcl_context *b = context_in(env, dir, 0);
   if (b) {
     check(b->caps.loop_budget_source == FCL_QUIRK_CACHED && b->caps.loop_budget == a->caps.loop_budget &&
               b->caps.profiling_clock_unusable == a->caps.profiling_clock_unusable,
@@ -169,8 +169,8 @@ static void test_record(test_env *env, const char *base) {
   }
   /* A damaged record is a miss: measured again and rewritten. */
   if (path && spit(path, "not a record") == 0) {
-    fcl_context *c = context_in(env, dir);
-    fcl_context *d = c ? context_in(env, dir) : NULL;
+    fcl_context *c = context_in(env, dir, 0);
+    fcl_context *d = c ? context_in(env, dir, 0) : NULL;
     check(c && d && c->caps.loop_budget_source == FCL_QUIRK_MEASURED && c->caps.loop_budget == a->caps.loop_budget &&
               d->caps.loop_budget_source == FCL_QUIRK_CACHED,
           "a damaged record: measured again (%s), rewritten (then %s)", c ? source_name(c->caps.loop_budget_source) : "-",
@@ -178,7 +178,7 @@ static void test_record(test_env *env, const char *base) {
     fcl_context_release(c);
     fcl_context_release(d);
   }
-  fcl_context *none = context_in(env, "");
+  fcl_context *none = context_in(env, "", 0);
   if (none) {
     check(none->caps.loop_budget_source == FCL_QUIRK_MEASURED && none->caps.loop_budget == a->caps.loop_budget,
           "without a disk cache: measured per context, the same budget (%llu)", none->caps.loop_budget);
@@ -223,21 +223,12 @@ static fcl_status forward_status(test_env *env, fcl_context *ctx, long long nq, 
   return st;
 }
 
-/* A context that runs the portable kernels only: the budget bounds their loops (vendor kernels run on drivers
-   without one, so on an NVIDIA GPU the forward and backward would otherwise take tensor cores whatever it says). */
-static fcl_context *portable_context(test_env *env) {
-  fcl_context_options o = {"", NULL, FCL_FLAG_PORTABLE_ONLY};
-  fcl_context *ctx = NULL;
-  if (fcl_context_create(env->context, env->device, &o, &ctx) != FCL_SUCCESS) {
-    check(0, "fcl_context_create: %s", fcl_last_error());
-    return NULL;
-  }
-  return ctx;
-}
-
+/* Forced budgets, on contexts of the portable kernels only: the budget bounds their loops (vendor kernels run on
+   drivers without one, so on an NVIDIA GPU the forward and backward would otherwise take tensor cores whatever it
+   says). */
 static void test_forced(test_env *env) {
   setenv("FLASHCL_LOOP_BUDGET", "65535", 1);
-  fcl_context *ctx = portable_context(env);
+  fcl_context *ctx = context_in(env, "", FCL_FLAG_PORTABLE_ONLY);
   if (!ctx) return;
   check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 65535,
         "FLASHCL_LOOP_BUDGET=65535 forces the budget (%s, %llu)", source_name(ctx->caps.loop_budget_source),
@@ -263,7 +254,7 @@ static void test_forced(test_env *env) {
   /* fcl_attention_merge of 800 parts past a budget of 300 (at head_dim 4 each of the combine's 16 part lanes
      takes 50: 496 loop iterations a work-item); 40 parts stay within it (120). */
   setenv("FLASHCL_LOOP_BUDGET", "300", 1);
-  ctx = portable_context(env);
+  ctx = context_in(env, "", FCL_FLAG_PORTABLE_ONLY);
   if (ctx) {
     fcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -291,7 +282,7 @@ static void test_forced(test_env *env) {
 
   /* A budget below one key tile: no split helps, the forward refuses and says why. */
   setenv("FLASHCL_LOOP_BUDGET", "100", 1);
-  ctx = portable_context(env);
+  ctx = context_in(env, "", FCL_FLAG_PORTABLE_ONLY);
   if (ctx) {
     fcl_status st = forward_status(env, ctx, 64, 100, 64);
     check(st == FCL_ERROR_UNSUPPORTED && strstr(fcl_last_error(), "loop iterations per work-item"),
@@ -300,14 +291,14 @@ static void test_forced(test_env *env) {
   }
 
   setenv("FLASHCL_LOOP_BUDGET", "0", 1);
-  ctx = context_in(env, "");
+  ctx = context_in(env, "", 0);
   if (ctx) {
     check(ctx->caps.loop_budget_source == FCL_QUIRK_FORCED && ctx->caps.loop_budget == 0,
           "FLASHCL_LOOP_BUDGET=0 forces no limit");
     fcl_context_release(ctx);
   }
   setenv("FLASHCL_LOOP_BUDGET", "lots", 1);
-  ctx = context_in(env, "");
+  ctx = context_in(env, "", 0);
   if (ctx) {
     check(ctx->caps.loop_budget_source != FCL_QUIRK_FORCED, "FLASHCL_LOOP_BUDGET=lots is ignored (%s)",
           source_name(ctx->caps.loop_budget_source));
