@@ -2,10 +2,14 @@
  *
  * Each fcl_*_loop_iterations function is a conservative upper bound of the loop iterations one work-item
  * executes in one launch of a kernel, counting every loop in its source (cl/flash_fwd.cl, cl/flash_bwd.cl,
- * cl/softmax.cl, with LOAD_TILE from cl/common.cl), the small constant-bound ones a compiler usually unrolls
- * included, since a driver's counter may run before unrolling. A nest is counted as n * (1 + body): every
- * pass of every loop costs one. The streamed tiles (key tiles of the forward and of dQ, query tiles of
- * dK/dV) are the only quantity that grows with the sequence; the rest is a fixed cost per launch.
+ * cl/softmax.cl, cl/combine.cl, with LOAD_TILE from cl/common.cl). Every pass of every loop costs one, the
+ * small constant-bound ones a compiler usually unrolls included (nest: n * (1 + body)), since a driver's
+ * counter may run before unrolling. A loop whose trip count is known only at run time (a bound from an
+ * argument, or a start from the work-item's id) also costs two for entering and leaving it (loop): llvmpipe
+ * charges one such loop its passes + 1 and n passes over a run-time inner loop of three 5 n + 2
+ * (docs/testing.md), so a nest of them costs more than its passes, by one for every time an inner loop is
+ * entered. The streamed tiles (key tiles of the forward and of dQ, query tiles of dK/dV) are the only
+ * quantity that grows with the sequence; the rest is a fixed cost per launch.
  *
  * fcl_forward_max_key_tiles and fcl_backward_max_tiles turn a budget into the most streamed tiles one launch
  * may process: what a split into bounded launches (split-KV) needs. They return 0 when the budget is 0 (no
@@ -16,11 +20,15 @@
 #include <stdint.h>
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
-/* n passes of a loop whose body runs `body` iterations of inner loops. */
+/* n passes of a loop with constant bounds whose body runs `body` iterations of inner loops. */
 static uint64_t nest(uint64_t n, uint64_t body) { return n * (1 + body); }
+/* The same for a loop whose trip count is known at run time only: two more for entering and leaving it. */
+static uint64_t loop(uint64_t n, uint64_t body) { return nest(n, body) + 2; }
 
-/* LOAD_TILE of `rows` rows: a work-item's share of rows * DP elements. */
-static uint64_t tile_load(const fcl_tile_plan *p, uint64_t rows) { return ceil_div(rows * (uint64_t)p->dp, (uint64_t)p->wg); }
+/* LOAD_TILE of `rows` rows: a work-item's share of rows * DP elements, from its id on. */
+static uint64_t tile_load(const fcl_tile_plan *p, uint64_t rows) {
+  return loop(ceil_div(rows * (uint64_t)p->dp, (uint64_t)p->wg), 0);
+}
 
 /* ---- forward: cl/flash_fwd.cl, one key tile of BC keys per pass of the k0 loop ---- */
 
@@ -42,8 +50,11 @@ static uint64_t forward_fixed(const fcl_tile_plan *p) {
   return tile_load(p, (uint64_t)p->br) + nest(rm, dn) /* init */ + nest(rm, dn + dn) /* sinks' rescale, store */;
 }
 
+/* The streamed tiles' loop (run-time bound): its entry and exit, then a tile per pass. */
+#define STREAM_ENTRY 2
+
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles) {
-  return forward_fixed(p) + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p);
+  return forward_fixed(p) + STREAM_ENTRY + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p);
 }
 
 static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
@@ -54,7 +65,7 @@ static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
 }
 
 int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, uint64_t budget) {
-  return max_tiles(forward_fixed(p), forward_per_tile(p), budget);
+  return max_tiles(forward_fixed(p) + STREAM_ENTRY, forward_per_tile(p), budget);
 }
 
 /* ---- backward: cl/flash_bwd.cl; BM = TR*RM rows owned, BN = TC*RN rows streamed per pass ---- */
@@ -63,7 +74,7 @@ static uint64_t backward_per_tile(const fcl_tile_plan *p) {
   const uint64_t rm = (uint64_t)p->rm, rn = (uint64_t)p->rn, dn = (uint64_t)p->dn;
   const uint64_t bn = (uint64_t)p->tc * rn;
   const uint64_t loads = 2 * tile_load(p, bn);          /* Q and dO (dK/dV), or K and V (dQ) */
-  const uint64_t rows = ceil_div(bn, (uint64_t)p->wg); /* lse and Dvec of the streamed rows (dK/dV only) */
+  const uint64_t rows = loop(ceil_div(bn, (uint64_t)p->wg), 0); /* lse and Dvec of the streamed rows (dK/dV only) */
   const uint64_t s_init = nest(rm, rn);
   const uint64_t s = nest((uint64_t)p->dp / 4, rn + nest(rm, rn));
   const uint64_t ds = nest(rm, rn);
@@ -74,9 +85,10 @@ static uint64_t backward_per_tile(const fcl_tile_plan *p) {
 static uint64_t backward_fixed(const fcl_tile_plan *p, int64_t group) {
   const uint64_t rm = (uint64_t)p->rm, dn = (uint64_t)p->dn, bm = (uint64_t)p->tr * rm;
   /* Owned tiles (K, V or Q, dO), lse and Dvec of owned rows (dQ), init, store, and dK/dV's loop over the
-     group's query heads (counted whole, as if every head had no tile). */
-  return 2 * tile_load(p, bm) + ceil_div(bm, (uint64_t)p->wg) + nest(rm, dn) + nest(rm, dn) +
-         (uint64_t)(group > 0 ? group : 1);
+     group's query heads, each pass entering the loop over that head's tiles (counted whole, as if every head had
+     no tile; dQ's single key loop is counted as one such pass). */
+  return 2 * tile_load(p, bm) + loop(ceil_div(bm, (uint64_t)p->wg), 0) + nest(rm, dn) + nest(rm, dn) +
+         loop((uint64_t)(group > 0 ? group : 1), STREAM_ENTRY);
 }
 
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles) {
@@ -100,7 +112,7 @@ static uint64_t halvings(size_t wg) {
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
   /* One pass per sequence, and a work-item's share of its rows (at most nq, whatever cu_q holds). */
   const uint64_t b = (uint64_t)(batch > 0 ? batch : 0);
-  return nest(b, ceil_div((uint64_t)(nq > 0 ? nq : 0), wg ? wg : 1)) + halvings(wg);
+  return loop(b, loop(ceil_div((uint64_t)(nq > 0 ? nq : 0), wg ? wg : 1), 0)) + halvings(wg);
 }
 
 /* ---- the combine of split-KV chunks and of fcl_attention_merge's parts: cl/combine.cl, wg per row slice ---- */
@@ -108,7 +120,7 @@ uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
 uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
   const fcl_combine_layout c = fcl_combine_layout_of(parts, d, wg);
   const uint64_t n = (uint64_t)(parts > 0 ? parts : 0), vw = (uint64_t)c.vw, lanes = (uint64_t)c.lanes;
-  return vw /* A = 0 */ + nest(ceil_div(n, lanes), 2 * vw) /* its parts: loads, update */ + vw /* to local */ +
+  return vw /* A = 0 */ + loop(ceil_div(n, lanes), 2 * vw) /* its parts: loads, update */ + vw /* to local */ +
          lanes /* lanes' maximum */ + vw /* A = 0 */ + nest(lanes, vw) /* lanes' merge */ + vw /* store */;
 }
 
@@ -116,20 +128,21 @@ uint64_t fcl_combine_loop_iterations(int64_t parts, int64_t d, size_t wg) {
 
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg) {
   const uint64_t per_item = ceil_div((uint64_t)(nk > 0 ? nk : 0), wg ? wg : 1);
-  return per_item /* online max and sum */ + halvings(wg) /* reduction */ + per_item /* write P */;
+  return loop(per_item, 0) /* online max and sum */ + halvings(wg) /* reduction */ + loop(per_item, 0) /* write P */;
 }
 
 /* ---- the reference path's exclusion of hidden non-finite V (cl/softmax.cl): fcl_gather_clean_rows reads a
    row's d elements on one work-item; fcl_nonfinite_fixup makes a pass over d for each key of its range ---- */
 
-uint64_t fcl_gather_clean_loop_iterations(int64_t d) { return (uint64_t)(d > 0 ? d : 0); }
+uint64_t fcl_gather_clean_loop_iterations(int64_t d) { return loop((uint64_t)(d > 0 ? d : 0), 0); }
 
 uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d) {
-  return nest((uint64_t)(keys > 0 ? keys : 0), (uint64_t)(d > 0 ? d : 0));
+  return loop((uint64_t)(keys > 0 ? keys : 0), loop((uint64_t)(d > 0 ? d : 0), 0));
 }
 
 int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
-  return max_tiles(0, fcl_nonfinite_fixup_loop_iterations(1, d), budget);
+  const uint64_t none = fcl_nonfinite_fixup_loop_iterations(0, d);
+  return max_tiles(none, fcl_nonfinite_fixup_loop_iterations(1, d) - none, budget);
 }
 
 /* ---- the sequence kernels' check of cu_seqlens (common.cl's fcl_sorted_prefix): once per packed array in every

@@ -1,7 +1,7 @@
 /* The device's loop budget (src/loop_budget.c, src/loop_bounds.c): the probe kernel, its record in the cache
  * directory, the bounds' arithmetic, refusals under a forced budget, and, on a device that has a budget
- * (llvmpipe under rusticl), that the largest key range the bounds admit is computed right, so the bounds
- * are conservative on the real driver. Scratch directories under FLASHCL_BUDGET_TEST_DIR in the build tree.
+ * (llvmpipe under rusticl), that the largest key range the bounds admit is computed right, and the reference
+ * path's non-finite fixup at the most keys a launch takes, so the bounds are conservative on the real driver. Scratch directories under FLASHCL_BUDGET_TEST_DIR in the build tree.
  * Usage: test_loop_budget */
 #include "backward_check.h"
 #include "forward_check.h"
@@ -76,14 +76,16 @@ static void test_bounds(void) {
                 (uint64_t)(f.bc / 4) * (uint64_t)f.rm * (uint64_t)f.dn,
             "%s d=%d: a key tile counts at least its P.V loop", c ? "cpu" : "gpu", dims[i]);
     }
-  /* The softmax: two passes over a row's share and a log2(wg) reduction. */
-  check(fcl_softmax_loop_iterations(1000, 256) == 4 + 8 + 4, "softmax over 1000 keys, 256 work-items: 16 iterations");
-  /* The reference's non-finite fixup: a pass over d per key; the most keys a launch takes fill the budget. */
-  check(fcl_nonfinite_fixup_loop_iterations(10, 64) == 650, "fixup over 10 keys of d=64: 650 iterations");
+  /* The softmax: two passes over a row's share (run-time loops: two more each for entering and leaving) and a
+     log2(wg) reduction. */
+  check(fcl_softmax_loop_iterations(1000, 256) == 6 + 8 + 6, "softmax over 1000 keys, 256 work-items: 20 iterations");
+  /* The reference's non-finite fixup: a pass over d per key, both loops' bounds known at run time only, so each key
+     costs 1 + d + 2 and the key loop 2; the most keys a launch takes fill the budget. */
+  check(fcl_nonfinite_fixup_loop_iterations(10, 64) == 672, "fixup over 10 keys of d=64: 672 iterations");
   check(fcl_nonfinite_fixup_max_keys(64, 0) == 0 && fcl_nonfinite_fixup_max_keys(64, 64) == -1,
         "fixup keys: no limit without a budget, none when one key's pass does not fit");
   const int64_t keys = fcl_nonfinite_fixup_max_keys(64, 65535);
-  check(keys == 1008 && fcl_nonfinite_fixup_loop_iterations(keys, 64) <= 65535 &&
+  check(keys == 978 && fcl_nonfinite_fixup_loop_iterations(keys, 64) <= 65535 &&
             fcl_nonfinite_fixup_loop_iterations(keys + 1, 64) > 65535,
         "fixup keys under llvmpipe's 65535 at d=64: %lld, the most that fit", (long long)keys);
 
@@ -360,6 +362,54 @@ static void test_edge(test_env *env) {
   }
 }
 
+/* On a device with a budget: the reference path's non-finite fixup (cl/softmax.cl) at the most keys one launch
+   takes, and over two launches. One query row sees every key; key j < nk - d has +inf in V's column 0, and each of
+   the last d keys a NaN in a column of its own, so every column of O is NaN only if each launch reached its last
+   keys (a driver that ends the loops early leaves those columns finite). */
+static void test_fixup_edge(test_env *env) {
+  const unsigned long long budget = env->fcl->caps.loop_budget;
+  if (!budget) {
+    skip("the non-finite fixup at its edge: %s has no loop budget", env->device_name);
+    return;
+  }
+  const int d = 64;
+  const int64_t keys = fcl_nonfinite_fixup_max_keys(d, budget);
+  if (keys < d) {
+    skip("the non-finite fixup at its edge: %lld keys a launch", (long long)keys);
+    return;
+  }
+  for (int launches = 1; launches <= 2; ++launches) {
+    const int64_t nk = launches * keys;
+    float *q = malloc(sizeof(float) * d), *kv = malloc(sizeof(float) * (size_t)nk * d * 2), o[64];
+    float *v = kv + (size_t)nk * d;
+    for (int c = 0; c < d; ++c) q[c] = (float)test_uniform();
+    for (int64_t i = 0; i < nk * d; ++i) kv[i] = (float)test_uniform(), v[i] = (float)test_uniform();
+    for (int64_t j = 0; j < nk; ++j) v[j * d + (j < nk - d ? 0 : j - (nk - d))] = j < nk - d ? INFINITY : NAN;
+    cl_int err;
+    cl_mem qb = clCreateBuffer(env->context, CL_MEM_COPY_HOST_PTR, sizeof(float) * d, q, &err);
+    cl_mem kb = clCreateBuffer(env->context, CL_MEM_COPY_HOST_PTR, sizeof(float) * (size_t)nk * d, kv, &err);
+    cl_mem vb = clCreateBuffer(env->context, CL_MEM_COPY_HOST_PTR, sizeof(float) * (size_t)nk * d, v, &err);
+    cl_mem ob = clCreateBuffer(env->context, CL_MEM_READ_WRITE, sizeof o, NULL, &err);
+    cl_mem lb = clCreateBuffer(env->context, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 1, desc.num_heads = 1, desc.seqlen_q = 1, desc.seqlen_k = nk, desc.head_dim = d;
+    const fcl_status st = fcl_attention_reference(env->fcl, env->queue, &desc, qb, kb, vb, ob, lb, 0, NULL, NULL);
+    int finite = -1;
+    if (st == FCL_SUCCESS && clEnqueueReadBuffer(env->queue, ob, CL_TRUE, 0, sizeof o, o, 0, NULL, NULL) == CL_SUCCESS) {
+      finite = 0;
+      for (int c = 0; c < d; ++c) finite += !isnan(o[c]);
+    }
+    check(finite == 0, "reference, %lld keys of d=%d (%d launch%s of the fixup at most %lld keys): %d of %d columns of "
+          "O not NaN (%s)", (long long)nk, d, launches, launches > 1 ? "es" : "", (long long)keys, finite, d,
+          st ? fcl_last_error() : "expected 0");
+    cl_mem all[5] = {qb, kb, vb, ob, lb};
+    for (int i = 0; i < 5; ++i) clReleaseMemObject(all[i]);
+    free(q);
+    free(kv);
+  }
+}
+
 int main(void) {
   test_seed();
   test_bounds();
@@ -379,6 +429,7 @@ int main(void) {
     test_record(&env, base);
   }
   test_edge(&env);
+  test_fixup_edge(&env);
   test_forced(&env);
   test_close(&env);
   return test_summary("test_loop_budget");
