@@ -722,6 +722,8 @@ uint64_t fcl_prefix_loop_iterations(const fcl_problem *p);
 /* The reference path's V cleaning over rows of d elements, and its non-finite fixup over `keys` keys of d. */
 uint64_t fcl_gather_clean_loop_iterations(int64_t d);
 uint64_t fcl_nonfinite_fixup_loop_iterations(int64_t keys, int64_t d);
+/* fcl_kv_append's grid-stride loop over n elements on `global` work-items. */
+uint64_t fcl_kv_append_loop_iterations(int64_t n, size_t global);
 /* The most keys one launch of the fixup may cover within budget: 0 when budget is 0 (no limit), -1 when none. */
 int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget

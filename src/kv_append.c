@@ -237,7 +237,7 @@ static fcl_status enqueue_append(fcl_context *ctx, cl_command_queue queue, const
   size_t global = (size_t)n / wg * wg + ((size_t)n % wg ? wg : 0);
   if (global > APPEND_MAX_GLOBAL) global = APPEND_MAX_GLOBAL;
   /* The grid-stride loop runs ceil(n / global) times per work-item: within the device's loop budget. */
-  const uint64_t iterations = ((uint64_t)n + global - 1) / global;
+  const uint64_t iterations = fcl_kv_append_loop_iterations(n, global);
   if (ctx->caps.loop_budget && iterations > ctx->caps.loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "appending %lld elements takes %llu loop iterations per work-item; the "
                     "device's loop budget is %llu", (long long)n, (unsigned long long)iterations,

@@ -155,6 +155,12 @@ uint64_t fcl_prefix_loop_iterations(const fcl_problem *p) {
   return arrays * ((b + 1) / 4 + 3 + 2);
 }
 
+/* ---- the paged cache's append: cl/kv_append.cl, a grid-stride loop from each work-item's id ---- */
+
+uint64_t fcl_kv_append_loop_iterations(int64_t n, size_t global) {
+  return loop(ceil_div((uint64_t)(n > 0 ? n : 0), global ? global : 1), 0);
+}
+
 /* ---- refusals, with the numbers ---- */
 
 /* The loop iterations a kernel of p has left for its own loops after the cu_seqlens check (0: no budget). */
