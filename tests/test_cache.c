@@ -864,7 +864,9 @@ int main(int argc, char **argv) {
   {
     char *same = path_join(base, "cl_same"), *changed = path_join(base, "cl_changed");
     int copied = copy_tree(FLASHCL_CL_DIR, same) == 0 && copy_tree(FLASHCL_CL_DIR, changed) == 0;
-    char *fwd = path_join(changed, "flash_fwd.cl");
+    /* common.cl: every kernel's program holds it, whichever forward the device takes (NVIDIA's f32 is the
+       tensor-core kernel's, which does not read flash_fwd.cl). */
+    char *fwd = path_join(changed, "common.cl");
     FILE *f = copied ? fopen(fwd, "ab") : NULL;
     if (f) {
       fputs("\n/* a comment that changes nothing but the text */\n", f);
