@@ -1,7 +1,8 @@
 /* The device's loop budget (src/loop_budget.c, src/loop_bounds.c): the probe kernel, its record in the cache
  * directory, the bounds' arithmetic, refusals under a forced budget, and, on a device that has a budget
  * (llvmpipe under rusticl), that the largest key range the bounds admit is computed right, and the reference
- * path's non-finite fixup at the most keys a launch takes, so the bounds are conservative on the real driver. Scratch directories under FLASHCL_BUDGET_TEST_DIR in the build tree.
+ * path's non-finite fixup at the most keys a launch takes, so the bounds are conservative on the real driver.
+ * Scratch directories under FLASHCL_BUDGET_TEST_DIR in the build tree.
  * Usage: test_loop_budget */
 #include "backward_check.h"
 #include "forward_check.h"
@@ -396,7 +397,7 @@ static void test_fixup_edge(test_env *env) {
     desc.batch = 1, desc.num_heads = 1, desc.seqlen_q = 1, desc.seqlen_k = nk, desc.head_dim = d;
     const fcl_status st = fcl_attention_reference(env->fcl, env->queue, &desc, qb, kb, vb, ob, lb, 0, NULL, NULL);
     int finite = -1;
-    if (st == FCL_SUCCESS && clEnqueueReadBuffer(env->queue, ob, CL_TRUE, 0, sizeof o, o, 0, NULL, NULL) == CL_SUCCESS) {
+    if (!st && clEnqueueReadBuffer(env->queue, ob, CL_TRUE, 0, sizeof o, o, 0, NULL, NULL) == CL_SUCCESS) {
       finite = 0;
       for (int c = 0; c < d; ++c) finite += !isnan(o[c]);
     }

@@ -3,14 +3,16 @@
  * waits on the fill's event (a failure two commands away, as a split forward's combine waits on its partials), and
  * an independent fill and independent kernels wait on nothing (one reads the blocked kernel's input; one has a
  * kernel behind it).
- * Required (the exit status): the first four end with a negative execution status, and the fill and the kernel
- * behind the event do not run. Reported only: what becomes of the independent commands. OpenCL leaves it to the
- * runtime: on an out-of-order queue PoCL runs them while the event is pending and completes them; NVIDIA's
- * OpenCL (driver 580.159.04) holds every later command of the queue until the event resolves and then fails them
- * with it, as both runtimes do on an in-order queue. Intel's CPU runtime 2026.2 skipped the fill but reported the
- * fill and the marker CL_COMPLETE (0); PoCL reports -1.
+ * Required (the exit status), as OpenCL says of commands that wait on a user event set to a negative status: the
+ * fill, the marker and the kernel behind the event end with a negative execution status, and the fill and the
+ * kernel do not run. Reported only: the commands behind those (OpenCL leaves what follows a terminated command to
+ * the runtime; flashcl's docs/api.md promises a negative status for its calls' events behind a failed one, which
+ * the runtimes here give) and the independent commands: on an out-of-order queue PoCL runs them while the event is
+ * pending and completes them; NVIDIA's OpenCL (driver 580.159.04) holds every later command of the queue until the
+ * event resolves and then fails them with it, as both runtimes do on an in-order queue. Intel's CPU runtime 2026.2
+ * skipped the fill but reported the fill and the marker CL_COMPLETE (0); PoCL reports -1.
  *   cc -O2 tests/runtime_quirks/failed_user_event.c -lOpenCL -o /tmp/failed_user_event && /tmp/failed_user_event
- * (FLASHCL_TEST_DEVICE picks the device by name, as for the test suite.) */
+ * (FLASHCL_TEST_DEVICE picks the device by index or name, as for the test suite.) */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ static int run(cl_context ctx, cl_device_id dev, cl_kernel kernel, cl_command_qu
   clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL);
   clEnqueueWriteBuffer(q, free_buf, CL_TRUE, 0, sizeof other, other, 0, NULL, NULL);
   /* Kernels dst = src + pattern: one behind the event, two independent ones, of which one reads its input. */
-  int zeros[256] = {0}, put_host[6][256];
+  int zeros[256] = {0}, put_host[6][256] = {{0}};
   cl_mem shared_src = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &err);
   cl_mem own_src = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &err);
   cl_mem dst[6];
@@ -86,8 +88,9 @@ static int run(cl_context ctx, cl_device_id dev, cl_kernel kernel, cl_command_qu
     clEnqueueReadBuffer(q, dst[i], CL_TRUE, 0, sizeof put_host[i], put_host[i], 0, NULL, NULL);
     ran[i] = put_host[i][0] == pattern;
   }
-  printf("%s queue: while the user event was pending, the independent pair's second kernel was at %d; behind the failed event: fill %d (%s), marker %d, marker behind the fill %d, kernel %d (%s), "
-         "kernel behind that kernel %d (%s); independent: fill %d (%s), kernel %d (%s), kernel reading the blocked "
+  printf("%s queue: while the user event was pending, the independent pair's second kernel was at %d; behind the "
+         "failed event: fill %d (%s), marker %d, marker behind the fill %d, kernel %d (%s), kernel behind that kernel "
+         "%d (%s); independent: fill %d (%s), kernel %d (%s), kernel reading the blocked "
          "kernel's input %d (%s), a kernel %d (%s) and one behind it %d (%s)\n",
          name, (int)early, s_fill, host[0] == pattern ? "ran" : "did not run", s_marker, s_behind, s_put[0],
          ran[0] ? "ran" : "did not run", s_put[3], ran[3] ? "ran" : "did not run", s_free,
@@ -100,8 +103,7 @@ static int run(cl_context ctx, cl_device_id dev, cl_kernel kernel, cl_command_qu
   for (int i = 0; i < 4; ++i) clReleaseMemObject(mems[i]);
   for (int i = 0; i < 6; ++i) clReleaseMemObject(dst[i]), clReleaseEvent(put[i]);
   clReleaseCommandQueue(q);
-  return s_fill >= 0 || s_marker >= 0 || s_behind >= 0 || s_put[0] >= 0 || s_put[3] >= 0 || host[0] == pattern ||
-         ran[0] || ran[3];
+  return s_fill >= 0 || s_marker >= 0 || s_put[0] >= 0 || host[0] == pattern || ran[0];
 }
 
 int main(void) {
