@@ -706,10 +706,10 @@ fcl_status fcl_backward_supported(const fcl_problem *p);
 /* ---- loop_bounds.c: loop iterations of one launch against the device's loop budget ---- */
 
 /* Conservative upper bounds of the loop iterations one work-item runs in one launch, every loop of the kernel
-   source counted: the portable forward over key_tiles key tiles of plan p; backward kernel `which` (FCL_BWD_*)
+   source counted: the portable forward over key_tiles key tiles of plan p (paged: with a block table); backward kernel `which` (FCL_BWD_*)
    over `tiles` streamed tiles (dK/dV: query tiles summed over the group's query heads; dQ: key tiles), group
    the query heads per kv head; the reference softmax over a row of nk keys with wg work-items. */
-uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles);
+uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int paged, int64_t key_tiles);
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles);
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);
 /* The combine kernel (split-KV chunks, fcl_attention_merge) over `parts` parts of d columns, wg per row slice. */
@@ -729,7 +729,7 @@ int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget);
 /* The most key tiles (of p->bc keys) one launch of the portable forward with plan p may process within budget
    loop iterations per work-item: 0 when budget is 0 (no limit), -1 when not even one tile fits. What a split of
    the key range into bounded launches (split-KV) needs: a launch over at most that many tiles stays exact. */
-int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, uint64_t budget);
+int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, int paged, uint64_t budget);
 /* The same for backward kernel `which`: dK/dV's query tiles (of p->br rows, summed over group heads), dQ's key
    tiles (of p->bc keys; pass group 1). */
 int64_t fcl_backward_max_tiles(const fcl_tile_plan *p, int which, int64_t group, uint64_t budget);

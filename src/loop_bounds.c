@@ -30,31 +30,42 @@ static uint64_t tile_load(const fcl_tile_plan *p, uint64_t rows) {
   return loop(ceil_div(rows * (uint64_t)p->dp, (uint64_t)p->wg), 0);
 }
 
+/* Passes of a loop that halves wg down to 1 (a reduction), or doubles 1 up to wg. */
+static uint64_t halvings(size_t wg) {
+  uint64_t n = 0;
+  for (size_t s = wg / 2; s > 0; s >>= 1) ++n;
+  return n;
+}
+
 /* ---- forward: cl/flash_fwd.cl, one key tile of BC keys per pass of the k0 loop ---- */
 
-static uint64_t forward_per_tile(const fcl_tile_plan *p) {
+static uint64_t forward_per_tile(const fcl_tile_plan *p, int paged) {
   const uint64_t rm = (uint64_t)p->rm, rn = (uint64_t)p->rn, dn = (uint64_t)p->dn, tc = (uint64_t)p->tc;
+  /* Paged keys: the tile's block rows (FCL_PAGE_ROWS). */
+  const uint64_t page_rows = paged ? loop(ceil_div((uint64_t)p->bc, (uint64_t)p->wg), 0) : 0;
   const uint64_t k_load = tile_load(p, (uint64_t)p->bc);              /* K, transposed or not */
   const uint64_t s_init = nest(rm, rn);
-  const uint64_t s = nest(p->kt ? (uint64_t)p->dp : (uint64_t)p->dp / 4, rn + nest(rm, rn));
+  /* S over head_dim: a column a pass with K transposed or read from global memory (DIRECT), else four. */
+  const uint64_t s = nest(p->kt || p->direct ? (uint64_t)p->dp : (uint64_t)p->dp / 4, rn + nest(rm, rn));
   const uint64_t mask = nest(rm, rn);
   const uint64_t alpha = nest(rm, tc + rn);
   const uint64_t v_load = tile_load(p, (uint64_t)p->bc);
   const uint64_t rescale = nest(rm, tc + dn);
   const uint64_t pv = nest((uint64_t)p->bc / 4, rm + nest(4, dn + nest(rm, dn)));
-  return 1 + k_load + s_init + s + mask + alpha + v_load + rescale + pv;
+  return 1 + page_rows + k_load + s_init + s + mask + alpha + v_load + rescale + pv;
 }
 
 static uint64_t forward_fixed(const fcl_tile_plan *p) {
   const uint64_t rm = (uint64_t)p->rm, dn = (uint64_t)p->dn;
-  return tile_load(p, (uint64_t)p->br) + nest(rm, dn) /* init */ + nest(rm, dn + dn) /* sinks' rescale, store */;
+  return halvings((size_t)p->tc) /* the sub-group layout's check */ + tile_load(p, (uint64_t)p->br) +
+         nest(rm, dn) /* init */ + rm /* packed rows' modifiers */ + nest(rm, dn + dn) /* sinks' rescale, store */;
 }
 
 /* The streamed tiles' loop (run-time bound): its entry and exit, then a tile per pass. */
 #define STREAM_ENTRY 2
 
-uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int64_t key_tiles) {
-  return forward_fixed(p) + STREAM_ENTRY + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p);
+uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int paged, int64_t key_tiles) {
+  return forward_fixed(p) + STREAM_ENTRY + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p, paged);
 }
 
 static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
@@ -64,8 +75,8 @@ static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
   return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
 }
 
-int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, uint64_t budget) {
-  return max_tiles(forward_fixed(p) + STREAM_ENTRY, forward_per_tile(p), budget);
+int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, int paged, uint64_t budget) {
+  return max_tiles(forward_fixed(p) + STREAM_ENTRY, forward_per_tile(p, paged), budget);
 }
 
 /* ---- backward: cl/flash_bwd.cl; BM = TR*RM rows owned, BN = TC*RN rows streamed per pass ---- */
@@ -103,11 +114,6 @@ int64_t fcl_backward_max_tiles(const fcl_tile_plan *p, int which, int64_t group,
 
 /* ---- the backward's d_sinks: cl/flash_bwd.cl BWD_KIND 3, one work-group of wg per head ---- */
 
-static uint64_t halvings(size_t wg) {
-  uint64_t n = 0;
-  for (size_t s = wg / 2; s > 0; s >>= 1) ++n;
-  return n;
-}
 
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
   /* One pass per sequence, and a work-item's share of its rows (at most nq, whatever cu_q holds). */
@@ -206,7 +212,7 @@ int fcl_forward_budget_splits(const fcl_device_caps *caps, const fcl_problem *p,
   if (!caps->loop_budget || plan->variant != FCL_VARIANT_PORTABLE_FORWARD || prefix >= caps->loop_budget) return 1;
   const uint64_t budget = caps->loop_budget - prefix;
   const int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
-  const int64_t fit = fcl_forward_max_key_tiles(plan, budget);
+  const int64_t fit = fcl_forward_max_key_tiles(plan, p->block_table != NULL, budget);
   if (fit <= 0) return 1; /* not even one tile: fcl_forward_within_budget refuses */
   const int64_t need = (tiles + fit - 1) / fit;
   return need > FCL_MAX_SPLITS ? FCL_MAX_SPLITS : need < 1 ? 1 : (int)need;
@@ -221,10 +227,10 @@ fcl_status fcl_forward_within_budget(const fcl_device_caps *caps, const fcl_prob
   int64_t tiles = (window_span(p->nk, plan->br, p) + plan->bc - 1) / plan->bc;
   /* Split-KV: a work-group streams one chunk of ceil(tiles / splits) tiles (fcl_split_keys in common.cl). */
   if (plan->splits > 1) tiles = (tiles + plan->splits - 1) / plan->splits;
-  const int64_t fit = fcl_forward_max_key_tiles(plan, budget);
+  const int64_t fit = fcl_forward_max_key_tiles(plan, p->block_table != NULL, budget);
   if (fit > 0 && tiles <= fit) return FCL_SUCCESS;
   return refuse(caps, "the forward kernel", "key", tiles, plan->bc, fit,
-                fcl_forward_loop_iterations(plan, tiles) + fcl_prefix_loop_iterations(p));
+                fcl_forward_loop_iterations(plan, p->block_table != NULL, tiles) + fcl_prefix_loop_iterations(p));
 }
 
 fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_problem *p, const fcl_tile_plan plans[2],

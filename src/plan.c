@@ -139,7 +139,7 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
       const portable_shape *c = &cpu_shapes[i];
       /* Under a loop budget (llvmpipe) a shape must run at least one key tile within it. */
       if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c->tr, c->tc, c->rm, c->rn, 1, -1, out) == 0 &&
-          !(caps->loop_budget && fcl_forward_max_key_tiles(out, caps->loop_budget) < 0)) {
+          !(caps->loop_budget && fcl_forward_max_key_tiles(out, 1, caps->loop_budget) < 0)) {
         snprintf(out->reason, sizeof out->reason,
                  "CPU shape: %dx%d work-items, each %d rows x %d keys, %d output columns, K tile transposed", c->tr,
                  c->tc, c->rm, c->rn, out->dn);

@@ -27,10 +27,12 @@ static const char *source_name(int s) {
 
 /* ---- the bounds, without a device ---- */
 
-static void check_max_tiles(const char *what, const fcl_tile_plan *p, int which, int64_t group, uint64_t budget) {
+/* which: FCL_BWD_*, or -1 for the forward (paged: its keys through a block table). */
+static void check_max_tiles(const char *what, const fcl_tile_plan *p, int which, int paged, int64_t group,
+                            uint64_t budget) {
   const int fwd = which < 0;
-  const int64_t m = fwd ? fcl_forward_max_key_tiles(p, budget) : fcl_backward_max_tiles(p, which, group, budget);
-#define ITER(n) (fwd ? fcl_forward_loop_iterations(p, (n)) : fcl_backward_loop_iterations(p, which, group, (n)))
+  const int64_t m = fwd ? fcl_forward_max_key_tiles(p, paged, budget) : fcl_backward_max_tiles(p, which, group, budget);
+#define ITER(n) (fwd ? fcl_forward_loop_iterations(p, paged, (n)) : fcl_backward_loop_iterations(p, which, group, (n)))
   if (budget == 0) {
     check(m == 0, "%s: no budget, no limit (%lld)", what, (long long)m);
   } else if (m < 0) {
@@ -66,14 +68,16 @@ static void test_bounds(void) {
       for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; ++k) {
         char what[96];
         snprintf(what, sizeof what, "%s d=%d forward (%dx%d tiles)", c ? "cpu" : "gpu", dims[i], f.br, f.bc);
-        check_max_tiles(what, &f, -1, 1, budgets[k]);
+        check_max_tiles(what, &f, -1, 0, 1, budgets[k]);
+        snprintf(what, sizeof what, "%s d=%d forward, paged keys", c ? "cpu" : "gpu", dims[i]);
+        check_max_tiles(what, &f, -1, 1, 1, budgets[k]);
         snprintf(what, sizeof what, "%s d=%d dK/dV, group 4", c ? "cpu" : "gpu", dims[i]);
-        check_max_tiles(what, &b[FCL_BWD_DKDV], FCL_BWD_DKDV, 4, budgets[k]);
+        check_max_tiles(what, &b[FCL_BWD_DKDV], FCL_BWD_DKDV, 0, 4, budgets[k]);
         snprintf(what, sizeof what, "%s d=%d dQ", c ? "cpu" : "gpu", dims[i]);
-        check_max_tiles(what, &b[FCL_BWD_DQ], FCL_BWD_DQ, 1, budgets[k]);
+        check_max_tiles(what, &b[FCL_BWD_DQ], FCL_BWD_DQ, 0, 1, budgets[k]);
       }
       /* Every pass of the key loop costs at least its own loads and the P.V product. */
-      check(fcl_forward_loop_iterations(&f, 2) - fcl_forward_loop_iterations(&f, 1) >=
+      check(fcl_forward_loop_iterations(&f, 0, 2) - fcl_forward_loop_iterations(&f, 0, 1) >=
                 (uint64_t)(f.bc / 4) * (uint64_t)f.rm * (uint64_t)f.dn,
             "%s d=%d: a key tile counts at least its P.V loop", c ? "cpu" : "gpu", dims[i]);
     }
@@ -110,7 +114,7 @@ static void test_bounds(void) {
   check(prefix == 510, "cu_seqlens_q and _k of 1000 sequences: 510 iterations (%llu)", (unsigned long long)prefix);
   fcl_device_caps budgeted = gpu;
   snprintf(budgeted.device_name, sizeof budgeted.device_name, "a budgeted device");
-  budgeted.loop_budget = fcl_forward_loop_iterations(&f, 2) + prefix;
+  budgeted.loop_budget = fcl_forward_loop_iterations(&f, 0, 2) + prefix;
   f.splits = 1;
   check(fcl_forward_within_budget(&budgeted, &packed, &f) == FCL_SUCCESS, "two key tiles and the check fit: %s",
         fcl_last_error());
@@ -334,7 +338,7 @@ static void test_edge(test_env *env) {
     fcl_status st = fcl_resolve_problem(&desc, &p);
     if (!st) st = fcl_select_forward(env->fcl, &p, &plan, &kernel);
     pthread_mutex_unlock(&env->fcl->lock);
-    const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, budget);
+    const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, 0, budget);
     if (tiles < 1) {
       skip("d=%lld: not one key tile fits the budget of %llu", dims[i], budget);
       continue;
