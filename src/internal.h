@@ -706,9 +706,10 @@ fcl_status fcl_backward_supported(const fcl_problem *p);
 /* ---- loop_bounds.c: loop iterations of one launch against the device's loop budget ---- */
 
 /* Conservative upper bounds of the loop iterations one work-item runs in one launch, every loop of the kernel
-   source counted: the portable forward over key_tiles key tiles of plan p (paged: with a block table); backward kernel `which` (FCL_BWD_*)
-   over `tiles` streamed tiles (dK/dV: query tiles summed over the group's query heads; dQ: key tiles), group
-   the query heads per kv head; the reference softmax over a row of nk keys with wg work-items. */
+   source counted: the portable forward over key_tiles key tiles of plan p (paged: keys through a block table);
+   backward kernel `which` (FCL_BWD_*) over `tiles` streamed tiles (dK/dV: query tiles summed over the group's
+   query heads; dQ: key tiles), group the query heads per kv head; the reference softmax over a row of nk keys
+   with wg work-items. */
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int paged, int64_t key_tiles);
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles);
 uint64_t fcl_softmax_loop_iterations(int64_t nk, size_t wg);

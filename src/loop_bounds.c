@@ -114,7 +114,6 @@ int64_t fcl_backward_max_tiles(const fcl_tile_plan *p, int which, int64_t group,
 
 /* ---- the backward's d_sinks: cl/flash_bwd.cl BWD_KIND 3, one work-group of wg per head ---- */
 
-
 uint64_t fcl_dsinks_loop_iterations(int64_t batch, int64_t nq, size_t wg) {
   /* One pass per sequence, and a work-item's share of its rows (at most nq, whatever cu_q holds). */
   const uint64_t b = (uint64_t)(batch > 0 ? batch : 0);
