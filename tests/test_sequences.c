@@ -8,9 +8,10 @@
  * element by element: NaN in exactly the rows that see a bad block, NaN in every row of a sequence with a
  * bad key count, and nothing written for a sequence whose query offsets do not fit. The inputs come from
  * sequence_inputs.c, shared with test_sequences_backward.c.
- * Usage: test_sequences [--small] [--reference] [--list | --case NAME]
+ * Usage: test_sequences [--small] [--reference | --budget-edge] [--list | --case NAME]
  *   --reference          the same cases, planted bad indices included, through fcl_attention_reference
  *                        (CLBlast), which must give the forward's documented outcome
+ *   --budget-edge        on a device with a loop budget: paged keys at the most tiles a launch admits
  *   --small              a few small cases, for Oclgrind (which proves no access leaves a buffer)
  *   --list, --case NAME  list the cases, or run one (test_cases.h) */
 #include "forward_check.h"
@@ -20,6 +21,7 @@
 #include "test_cases.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +141,58 @@ static void run_reference_scratch(test_env *env, const void *unused) {
   if (tab) clReleaseMemObject(tab);
 }
 
+/* On a device with a loop budget (llvmpipe): paged keys at the most key tiles one launch of the forward admits
+   (FLASHCL_FORWARD_SPLITS=1, so that no split for occupancy shortens the launch), and one tile more (split by the
+   budget), against the reference. The count charges paged keys' block rows a tile (loop_bounds.c). */
+static void run_paged_edge(test_env *env, const void *unused) {
+  (void)unused;
+  const unsigned long long budget = env->fcl->caps.loop_budget;
+  if (!budget) {
+    skip("paged keys at the budget's edge: %s has no loop budget", env->device_name);
+    return;
+  }
+  static int lens[1];
+  const seq_case probe = {1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, (lens[0] = 64, lens), 0, {0}};
+  seq_inputs in;
+  fcl_problem p;
+  fcl_tile_plan plan;
+  cl_kernel kernel;
+  if (seq_inputs_create(env, &probe, &in)) {
+    check(0, "paged keys at the budget's edge: inputs");
+    return;
+  }
+  pthread_mutex_lock(&env->fcl->lock);
+  fcl_status st = fcl_resolve_problem(&in.desc, &p);
+  if (!st) st = fcl_select_forward(env->fcl, &p, &plan, &kernel);
+  pthread_mutex_unlock(&env->fcl->lock);
+  seq_inputs_release(&in);
+  const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, 1, budget - fcl_prefix_loop_iterations(&p));
+  if (tiles < 1) {
+    skip("paged keys at the budget's edge: no tile fits (%s)", st ? fcl_last_error() : "the plan");
+    return;
+  }
+  const char *was = getenv("FLASHCL_FORWARD_SPLITS");
+  char saved[32] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("FLASHCL_FORWARD_SPLITS", "1", 1);
+  fcl_context *one = NULL, *own = env->fcl;
+  const fcl_status made = fcl_context_create(env->context, env->device, NULL, &one);
+  if (was) setenv("FLASHCL_FORWARD_SPLITS", saved, 1);
+  else unsetenv("FLASHCL_FORWARD_SPLITS");
+  if (made != FCL_SUCCESS) {
+    check(0, "paged keys at the budget's edge: context: %s", fcl_last_error());
+    return;
+  }
+  env->fcl = one;
+  for (int more = 0; more <= 1; ++more) {
+    lens[0] = (int)((tiles + more) * plan.bc);
+    const seq_case c = {1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, lens, 0, {0}};
+    run_sequence_case(env, &c, fcl_attention_forward, more ? "forward one tile past the edge" : "forward at the edge");
+  }
+  env->fcl = own;
+  fcl_context_release(one);
+}
+
 /* ---- the case lists ---- */
 
 static const int lens_mixed[5] = {1, 15, 16, 17, 1000};
@@ -209,14 +263,20 @@ static int full_cases(seq_case *list) {
 }
 
 int main(int argc, char **argv) {
-  int reference = 0;
+  int reference = 0, budget_edge = 0;
   test_cli cli = {0, NULL, 0};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--reference")) reference = 1;
+    else if (!strcmp(argv[i], "--budget-edge")) budget_edge = 1;
     else if (!test_cli_option(&cli, argc, argv, &i)) {
-      fprintf(stderr, "usage: %s [--small] [--reference] [--list | --case NAME]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--small] [--reference | --budget-edge] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
+  }
+  if (budget_edge) {
+    test_case edge[1];
+    const int one = test_case_add(edge, 0, 1, "", "paged_at_the_budget_edge", run_paged_edge, NULL);
+    return test_cases_main("test_sequences", &cli, edge, one);
   }
   enum { MAX = 64 };
   static seq_case cases[MAX];
