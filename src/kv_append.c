@@ -236,7 +236,8 @@ static fcl_status enqueue_append(fcl_context *ctx, cl_command_queue queue, const
     return fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "num_tokens * num_kv_heads * head_dim is too large");
   size_t global = (size_t)n / wg * wg + ((size_t)n % wg ? wg : 0);
   if (global > APPEND_MAX_GLOBAL) global = APPEND_MAX_GLOBAL;
-  /* The grid-stride loop runs ceil(n / global) times per work-item: within the device's loop budget. */
+  /* The grid-stride loop runs ceil(n / global) times per work-item (loop_bounds.c counts its entry too): within the
+     device's loop budget. */
   const uint64_t iterations = fcl_kv_append_loop_iterations(n, global);
   if (ctx->caps.loop_budget && iterations > ctx->caps.loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "appending %lld elements takes %llu loop iterations per work-item; the "

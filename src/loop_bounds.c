@@ -152,7 +152,8 @@ int64_t fcl_nonfinite_fixup_max_keys(int64_t d, uint64_t budget) {
 
 /* ---- the sequence kernels' check of cu_seqlens (common.cl's fcl_sorted_prefix): once per packed array in every
    work-item, over at most batch + 1 entries, four a pass and up to three after; llvmpipe also charges each of the
-   two loops one iteration for entering it, a pass or none ---- */
+   two loops one iteration for entering it, a pass or none. Counted at that measured charge (one an entry, not the
+   two of loop() above): the kernels' own run-time loops, counted at two, keep the iteration in hand ---- */
 
 uint64_t fcl_prefix_loop_iterations(const fcl_problem *p) {
   const uint64_t arrays = (uint64_t)(p->cu_q != NULL) + (uint64_t)(p->cu_k != NULL);

@@ -137,7 +137,8 @@ static int rule_plan(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
   if (caps->is_cpu)
     for (size_t i = 0; i < sizeof cpu_shapes / sizeof cpu_shapes[0]; ++i) {
       const portable_shape *c = &cpu_shapes[i];
-      /* Under a loop budget (llvmpipe) a shape must run at least one key tile within it. */
+      /* Under a loop budget (llvmpipe) a shape must run at least one key tile within it, counted as for paged keys
+         (the larger count) whatever the problem's layout. */
       if (fcl_plan_forward_shape(caps, head_dim, kernel_max_wg, c->tr, c->tc, c->rm, c->rn, 1, -1, out) == 0 &&
           !(caps->loop_budget && fcl_forward_max_key_tiles(out, 1, caps->loop_budget) < 0)) {
         snprintf(out->reason, sizeof out->reason,

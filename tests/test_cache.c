@@ -866,8 +866,8 @@ int main(int argc, char **argv) {
     int copied = copy_tree(FLASHCL_CL_DIR, same) == 0 && copy_tree(FLASHCL_CL_DIR, changed) == 0;
     /* common.cl: every kernel's program holds it, whichever forward the device takes (NVIDIA's f32 is the
        tensor-core kernel's, which does not read flash_fwd.cl). */
-    char *fwd = path_join(changed, "common.cl");
-    FILE *f = copied ? fopen(fwd, "ab") : NULL;
+    char *common = path_join(changed, "common.cl");
+    FILE *f = copied ? fopen(common, "ab") : NULL;
     if (f) {
       fputs("\n/* a comment that changes nothing but the text */\n", f);
       fclose(f);
@@ -887,7 +887,7 @@ int main(int argc, char **argv) {
     check(count_files(d1, &others, NULL) == 3 && others == 0, "three entries now");
     run_phase(&env, d1, "-DFLASHCL_CACHE_TEST_OPTION=1", &base_case, "extra build option again", &p);
     check(is_disk_hit(&p), "the same option again: a disk hit");
-    free(fwd);
+    free(common);
     free(same);
     free(changed);
   }

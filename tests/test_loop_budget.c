@@ -343,10 +343,24 @@ static void test_edge(test_env *env) {
       skip("d=%lld: not one key tile fits the budget of %llu", dims[i], budget);
       continue;
     }
+    /* In a context that splits no key range for occupancy, so that the edge runs as one launch. */
+    fcl_context *one = test_context_unsplit(env), *own = env->fcl;
+    desc.seqlen_k = tiles * plan.bc;
+    fcl_plan_info edge_plan;
+    if (!one || fcl_describe_plan(one, FCL_OP_FORWARD, &desc, &edge_plan) != FCL_SUCCESS) {
+      check(0, "d=%lld: the unsplit context's plan: %s", dims[i], fcl_last_error());
+      if (one) fcl_context_release(one);
+      continue;
+    }
+    check(edge_plan.splits == 1, "d=%lld: %lld keys in one launch (splits %d)", dims[i], (long long)desc.seqlen_k,
+          edge_plan.splits);
     const fwd_case edge = {1, 2, 0, 40, tiles * plan.bc, dims[i], FCL_DTYPE_F32, 0, LAYOUT_BHND, 0, 1};
+    env->fcl = one;
     check(run_forward_case(env, env->queue, &edge, fcl_attention_forward, "forward at the budget's edge") == 0,
           "d=%lld: %lld key tiles of %d, the most the budget of %llu admits, are computed right", dims[i],
           (long long)tiles, plan.bc, budget);
+    env->fcl = own;
+    fcl_context_release(one);
     /* One tile more is past what a single launch may stream: refused unsplit, and split-KV (which gives a
        long range enough chunks) computes it right. */
     fcl_problem more;
@@ -368,9 +382,11 @@ static void test_edge(test_env *env) {
 }
 
 /* On a device with a budget: the reference path's non-finite fixup (cl/softmax.cl) at the most keys one launch
-   takes, and over two launches. One query row sees every key; key j < nk - d has +inf in V's column 0, and each of
-   the last d keys a NaN in a column of its own, so every column of O is NaN only if each launch reached its last
-   keys (a driver that ends the loops early leaves those columns finite). */
+   takes, and over two launches. One query row sees every key, and every key of V has a non-finite value, so that
+   the fixup's inner loop runs for each: +inf in column 0, except that each column's one NaN lies among the last
+   keys of a launch's range (column c in launch c % launches, the c / launches-th key from its end). Every column of
+   O is NaN only if each launch reached its last keys: a driver that ends the loops early leaves a column finite,
+   or column 0 at +inf. */
 static void test_fixup_edge(test_env *env) {
   const unsigned long long budget = env->fcl->caps.loop_budget;
   if (!budget) {
@@ -389,7 +405,11 @@ static void test_fixup_edge(test_env *env) {
     float *v = kv + (size_t)nk * d;
     for (int c = 0; c < d; ++c) q[c] = (float)test_uniform();
     for (int64_t i = 0; i < nk * d; ++i) kv[i] = (float)test_uniform(), v[i] = (float)test_uniform();
-    for (int64_t j = 0; j < nk; ++j) v[j * d + (j < nk - d ? 0 : j - (nk - d))] = j < nk - d ? INFINITY : NAN;
+    for (int64_t j = 0; j < nk; ++j) v[j * d] = INFINITY;
+    for (int c = 0; c < d; ++c) {
+      const int64_t j = (c % launches + 1) * keys - 1 - c / launches;
+      v[j * d] = (float)test_uniform(), v[j * d + c] = NAN;
+    }
     cl_int err;
     cl_mem qb = clCreateBuffer(env->context, CL_MEM_COPY_HOST_PTR, sizeof(float) * d, q, &err);
     cl_mem kb = clCreateBuffer(env->context, CL_MEM_COPY_HOST_PTR, sizeof(float) * (size_t)nk * d, kv, &err);

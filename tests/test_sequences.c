@@ -141,9 +141,10 @@ static void run_reference_scratch(test_env *env, const void *unused) {
   if (tab) clReleaseMemObject(tab);
 }
 
-/* On a device with a loop budget (llvmpipe): paged keys at the most key tiles one launch of the forward admits
-   (FLASHCL_FORWARD_SPLITS=1, so that no split for occupancy shortens the launch), and one tile more (split by the
-   budget), against the reference. The count charges paged keys' block rows a tile (loop_bounds.c). */
+/* On a device with a loop budget (llvmpipe): paged keys at the most key tiles one launch of the forward admits,
+   in a context that splits no key range for occupancy (the plan must run it unsplit), and one tile more (split by
+   the budget), against the reference: the count (loop_bounds.c, block rows a tile included) must not admit a
+   launch llvmpipe cuts short. */
 static void run_paged_edge(test_env *env, const void *unused) {
   (void)unused;
   const unsigned long long budget = env->fcl->caps.loop_budget;
@@ -151,45 +152,49 @@ static void run_paged_edge(test_env *env, const void *unused) {
     skip("paged keys at the budget's edge: %s has no loop budget", env->device_name);
     return;
   }
-  static int lens[1];
-  const seq_case probe = {1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, (lens[0] = 64, lens), 0, {0}};
-  seq_inputs in;
-  fcl_problem p;
-  fcl_tile_plan plan;
-  cl_kernel kernel;
-  if (seq_inputs_create(env, &probe, &in)) {
-    check(0, "paged keys at the budget's edge: inputs");
-    return;
-  }
-  pthread_mutex_lock(&env->fcl->lock);
-  fcl_status st = fcl_resolve_problem(&in.desc, &p);
-  if (!st) st = fcl_select_forward(env->fcl, &p, &plan, &kernel);
-  pthread_mutex_unlock(&env->fcl->lock);
-  seq_inputs_release(&in);
-  const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, 1, budget - fcl_prefix_loop_iterations(&p));
-  if (tiles < 1) {
-    skip("paged keys at the budget's edge: no tile fits (%s)", st ? fcl_last_error() : "the plan");
-    return;
-  }
-  const char *was = getenv("FLASHCL_FORWARD_SPLITS");
-  char saved[32] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
-  setenv("FLASHCL_FORWARD_SPLITS", "1", 1);
-  fcl_context *one = NULL, *own = env->fcl;
-  const fcl_status made = fcl_context_create(env->context, env->device, NULL, &one);
-  if (was) setenv("FLASHCL_FORWARD_SPLITS", saved, 1);
-  else unsetenv("FLASHCL_FORWARD_SPLITS");
-  if (made != FCL_SUCCESS) {
+  fcl_context *one = test_context_unsplit(env), *own = env->fcl;
+  if (!one) {
     check(0, "paged keys at the budget's edge: context: %s", fcl_last_error());
     return;
   }
-  env->fcl = one;
-  for (int more = 0; more <= 1; ++more) {
-    lens[0] = (int)((tiles + more) * plan.bc);
+  static int lens[1] = {64};
+  for (int more = -1; more <= 1; ++more) { /* -1: the plan's tile size and count; 0: the edge; 1: past it */
     const seq_case c = {1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, lens, 0, {0}};
+    seq_inputs in;
+    fcl_problem p;
+    fcl_tile_plan plan;
+    cl_kernel kernel;
+    const int made = seq_inputs_create(env, &c, &in) == 0;
+    fcl_status st = made ? FCL_SUCCESS : FCL_ERROR_OPENCL;
+    if (made) {
+      pthread_mutex_lock(&one->lock);
+      st = fcl_resolve_problem(&in.desc, &p);
+      if (!st) st = fcl_select_forward(one, &p, &plan, &kernel);
+      pthread_mutex_unlock(&one->lock);
+    }
+    seq_inputs_release(&in);
+    if (st) {
+      check(0, "paged keys at the budget's edge: no plan: %s", fcl_last_error());
+      break;
+    }
+    if (more < 0) {
+      const uint64_t prefix = fcl_prefix_loop_iterations(&p);
+      const int64_t tiles = fcl_forward_max_key_tiles(&plan, 1, prefix < budget ? budget - prefix : 0);
+      if (tiles < 1) {
+        check(0, "paged keys at the budget's edge: no key tile of %d fits the budget of %llu", plan.bc, budget);
+        break;
+      }
+      lens[0] = (int)(tiles * plan.bc);
+      continue;
+    }
+    if (more == 0)
+      check(plan.splits == 1, "paged keys at the budget's edge: %d keys in one launch (splits %d)", lens[0],
+            plan.splits);
+    env->fcl = one;
     run_sequence_case(env, &c, fcl_attention_forward, more ? "forward one tile past the edge" : "forward at the edge");
+    env->fcl = own;
+    lens[0] += plan.bc;
   }
-  env->fcl = own;
   fcl_context_release(one);
 }
 
@@ -272,6 +277,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: %s [--small] [--reference | --budget-edge] [--list | --case NAME]\n", argv[0]);
       return 2;
     }
+  }
+  if (budget_edge && reference) {
+    fprintf(stderr, "%s: --budget-edge runs the forward, not --reference\n", argv[0]);
+    return 2;
   }
   if (budget_edge) {
     test_case edge[1];

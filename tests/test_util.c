@@ -115,6 +115,18 @@ int test_open(test_env *env, const fcl_context_options *options) {
   return 0;
 }
 
+fcl_context *test_context_unsplit(test_env *env) {
+  const char *was = getenv("FLASHCL_FORWARD_SPLITS");
+  char saved[32] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("FLASHCL_FORWARD_SPLITS", "1", 1);
+  fcl_context *ctx = NULL;
+  if (fcl_context_create(env->context, env->device, NULL, &ctx) != FCL_SUCCESS) ctx = NULL;
+  if (was) setenv("FLASHCL_FORWARD_SPLITS", saved, 1);
+  else unsetenv("FLASHCL_FORWARD_SPLITS");
+  return ctx;
+}
+
 void test_close(test_env *env) {
   fcl_context_release(env->fcl);
   if (env->queue) clReleaseCommandQueue(env->queue);

@@ -20,6 +20,10 @@ typedef struct test_env {
    the first device) with a profiling queue and an fcl_context. Returns 0 on success. */
 int test_open(test_env *env, const fcl_context_options *options);
 void test_close(test_env *env);
+/* A second fcl_context on env's device whose forward splits no key range for occupancy (FLASHCL_FORWARD_SPLITS=1
+   while it is created; the caller's setting is restored): a launch at a loop budget's edge stays whole, and only
+   the budget may split it. NULL on failure. */
+fcl_context *test_context_unsplit(test_env *env);
 
 /* Random numbers: seeded from $FLASHCL_TEST_SEED or the clock; the seed is printed. */
 void test_seed(void);
