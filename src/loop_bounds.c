@@ -22,8 +22,10 @@
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
 /* n passes of a loop with constant bounds whose body runs `body` iterations of inner loops. */
 static uint64_t nest(uint64_t n, uint64_t body) { return n * (1 + body); }
-/* The same for a loop whose trip count is known at run time only: two more for entering and leaving it. */
-static uint64_t loop(uint64_t n, uint64_t body) { return nest(n, body) + 2; }
+/* Entering and leaving a loop whose trip count is known at run time only. */
+#define LOOP_ENTRY 2
+/* n passes of such a loop. */
+static uint64_t loop(uint64_t n, uint64_t body) { return nest(n, body) + LOOP_ENTRY; }
 
 /* LOAD_TILE of `rows` rows: a work-item's share of rows * DP elements, from its id on. */
 static uint64_t tile_load(const fcl_tile_plan *p, uint64_t rows) {
@@ -61,11 +63,9 @@ static uint64_t forward_fixed(const fcl_tile_plan *p) {
          nest(rm, dn) /* init */ + rm /* packed rows' modifiers */ + nest(rm, dn + dn) /* sinks' rescale, store */;
 }
 
-/* The streamed tiles' loop (run-time bound): its entry and exit, then a tile per pass. */
-#define STREAM_ENTRY 2
-
 uint64_t fcl_forward_loop_iterations(const fcl_tile_plan *p, int paged, int64_t key_tiles) {
-  return forward_fixed(p) + STREAM_ENTRY + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p, paged);
+  /* The key tiles' loop: its entry, then a tile a pass (forward_per_tile counts the pass). */
+  return forward_fixed(p) + LOOP_ENTRY + (uint64_t)(key_tiles > 0 ? key_tiles : 0) * forward_per_tile(p, paged);
 }
 
 static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
@@ -76,7 +76,7 @@ static int64_t max_tiles(uint64_t fixed, uint64_t per_tile, uint64_t budget) {
 }
 
 int64_t fcl_forward_max_key_tiles(const fcl_tile_plan *p, int paged, uint64_t budget) {
-  return max_tiles(forward_fixed(p) + STREAM_ENTRY, forward_per_tile(p, paged), budget);
+  return max_tiles(forward_fixed(p) + LOOP_ENTRY, forward_per_tile(p, paged), budget);
 }
 
 /* ---- backward: cl/flash_bwd.cl; BM = TR*RM rows owned, BN = TC*RN rows streamed per pass ---- */
@@ -99,7 +99,7 @@ static uint64_t backward_fixed(const fcl_tile_plan *p, int64_t group) {
      group's query heads, each pass entering the loop over that head's tiles (counted whole, as if every head had
      no tile; dQ's single key loop is counted as one such pass). */
   return 2 * tile_load(p, bm) + loop(ceil_div(bm, (uint64_t)p->wg), 0) + nest(rm, dn) + nest(rm, dn) +
-         loop((uint64_t)(group > 0 ? group : 1), STREAM_ENTRY);
+         loop((uint64_t)(group > 0 ? group : 1), LOOP_ENTRY);
 }
 
 uint64_t fcl_backward_loop_iterations(const fcl_tile_plan *p, int which, int64_t group, int64_t tiles) {

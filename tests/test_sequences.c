@@ -141,6 +141,27 @@ static void run_reference_scratch(test_env *env, const void *unused) {
   if (tab) clReleaseMemObject(tab);
 }
 
+/* The paged edge's case: one sequence of *lens keys, 8 query rows, blocks of 16. */
+static seq_case paged_edge_case(const int *lens) {
+  return (seq_case){1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, lens, 0, {0}};
+}
+
+/* The plan ctx's forward takes for c (and its resolved problem); FCL_SUCCESS or why not. */
+static fcl_status paged_edge_plan(test_env *env, fcl_context *ctx, const seq_case *c, fcl_problem *p,
+                                  fcl_tile_plan *plan) {
+  seq_inputs in;
+  fcl_status st = seq_inputs_create(env, c, &in) == 0 ? FCL_SUCCESS : FCL_ERROR_OPENCL;
+  cl_kernel kernel;
+  if (!st) {
+    pthread_mutex_lock(&ctx->lock);
+    st = fcl_resolve_problem(&in.desc, p);
+    if (!st) st = fcl_select_forward(ctx, p, plan, &kernel);
+    pthread_mutex_unlock(&ctx->lock);
+  }
+  seq_inputs_release(&in);
+  return st;
+}
+
 /* On a device with a loop budget (llvmpipe): paged keys at the most key tiles one launch of the forward admits,
    in a context that splits no key range for occupancy (the plan must run it unsplit), and one tile more (split by
    the budget), against the reference: the count (loop_bounds.c, block rows a tile included) must not admit a
@@ -157,43 +178,26 @@ static void run_paged_edge(test_env *env, const void *unused) {
     check(0, "paged keys at the budget's edge: context: %s", fcl_last_error());
     return;
   }
-  static int lens[1] = {64};
-  for (int more = -1; more <= 1; ++more) { /* -1: the plan's tile size and count; 0: the edge; 1: past it */
-    const seq_case c = {1, 2, 2, 64, FCL_DTYPE_F32, 0, 0, KV_PAGED, 16, 0, 8, lens, 0, {0}};
-    seq_inputs in;
-    fcl_problem p;
-    fcl_tile_plan plan;
-    cl_kernel kernel;
-    const int made = seq_inputs_create(env, &c, &in) == 0;
-    fcl_status st = made ? FCL_SUCCESS : FCL_ERROR_OPENCL;
-    if (made) {
-      pthread_mutex_lock(&one->lock);
-      st = fcl_resolve_problem(&in.desc, &p);
-      if (!st) st = fcl_select_forward(one, &p, &plan, &kernel);
-      pthread_mutex_unlock(&one->lock);
-    }
-    seq_inputs_release(&in);
-    if (st) {
-      check(0, "paged keys at the budget's edge: no plan: %s", fcl_last_error());
-      break;
-    }
-    if (more < 0) {
-      const uint64_t prefix = fcl_prefix_loop_iterations(&p);
-      const int64_t tiles = fcl_forward_max_key_tiles(&plan, 1, prefix < budget ? budget - prefix : 0);
-      if (tiles < 1) {
-        check(0, "paged keys at the budget's edge: no key tile of %d fits the budget of %llu", plan.bc, budget);
-        break;
-      }
-      lens[0] = (int)(tiles * plan.bc);
-      continue;
-    }
-    if (more == 0)
-      check(plan.splits == 1, "paged keys at the budget's edge: %d keys in one launch (splits %d)", lens[0],
-            plan.splits);
+  int lens[1] = {64};
+  const seq_case c = paged_edge_case(lens);
+  fcl_problem p;
+  fcl_tile_plan plan;
+  fcl_status st = paged_edge_plan(env, one, &c, &p, &plan);
+  const uint64_t prefix = st ? 0 : fcl_prefix_loop_iterations(&p);
+  const int64_t tiles = st ? -1 : fcl_forward_max_key_tiles(&plan, 1, prefix < budget ? budget - prefix : 0);
+  if (st) check(0, "paged keys at the budget's edge: no plan: %s", fcl_last_error());
+  else if (tiles < 1)
+    check(0, "paged keys at the budget's edge: no key tile of %d fits the budget of %llu", plan.bc, budget);
+  else {
+    lens[0] = (int)(tiles * plan.bc);
+    st = paged_edge_plan(env, one, &c, &p, &plan);
+    check(!st && plan.splits == 1, "paged keys at the budget's edge: %d keys in one launch (splits %d)", lens[0],
+          st ? -1 : plan.splits);
     env->fcl = one;
-    run_sequence_case(env, &c, fcl_attention_forward, more ? "forward one tile past the edge" : "forward at the edge");
-    env->fcl = own;
+    run_sequence_case(env, &c, fcl_attention_forward, "forward at the edge");
     lens[0] += plan.bc;
+    run_sequence_case(env, &c, fcl_attention_forward, "forward one tile past the edge");
+    env->fcl = own;
   }
   fcl_context_release(one);
 }
