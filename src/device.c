@@ -134,6 +134,9 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
       caps->nv_cc_minor = (int)v;
     if (clGetDeviceInfo(device, CL_DEVICE_WARP_SIZE_NV, sizeof v, &v, NULL) == CL_SUCCESS && v)
       caps->preferred_multiple = v;
+    caps->nv_static_local = fcl_nvidia_block_local(caps->nv_cc_major, caps->nv_cc_minor);
+    if (lim && *lim && strtoull(lim, NULL, 10) > 0 && strtoull(lim, NULL, 10) < caps->nv_static_local)
+      caps->nv_static_local = strtoull(lim, NULL, 10);
   } else if (amd_attrs) {
     cl_uint v = 0;
     if (clGetDeviceInfo(device, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof v, &v, NULL) == CL_SUCCESS && v)

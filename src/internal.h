@@ -58,6 +58,10 @@ typedef struct fcl_device_caps {
   int sg_shuffle;
   int sg_required; /* FLASHCL_SUBGROUPS=required: kernels that plan shuffles and cannot take them write NaN */
   int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability; 0 when not reported */
+  /* NVIDIA: bytes of local memory a kernel's own __local arrays may take, the multiprocessor's per-block maximum
+     by compute capability (0 where unknown). NVIDIA's OpenCL reports 48 KiB (CL_DEVICE_LOCAL_MEM_SIZE), which
+     bounds __local kernel arguments; a kernel's static arrays may take up to this (docs/notes-nvidia.md, v37). */
+  cl_ulong nv_static_local;
   /* loop_budget.c: measured driver quirks (fcl_device_quirks in flashcl.h). loop_budget: iterations one
      work-item may run in one launch, all loops together (0: no limit); planning keeps launches inside it. */
   unsigned long long loop_budget;
@@ -217,6 +221,8 @@ int fcl_plan_forward(const fcl_device_caps *caps, const fcl_plan_overrides *ov, 
 /* Work-groups of local_bytes each that one multiprocessor of caps holds by shared memory; 0 when its compute
    capability is not in the table (plan_nvidia.c). */
 int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes);
+/* The most shared memory one block may take on compute capability major.minor (CUDA's table), 0 where unknown. */
+cl_ulong fcl_nvidia_block_local(int major, int minor);
 int fcl_plan_splits(const fcl_device_caps *caps, const fcl_plan_overrides *ov, const struct fcl_problem *p,
                     const fcl_tile_plan *t);
 /* The forward's launch under plan t: row blocks per (batch, grid head) of one chunk of keys, and the grid's

@@ -28,6 +28,13 @@ int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) 
   return kib ? (int)((kib << 10) / (local_bytes + 1024)) : 0;
 }
 
+cl_ulong fcl_nvidia_block_local(int major, int minor) {
+  const int cc = major * 10 + minor;
+  const unsigned kib = cc == 80 || cc == 87 ? 163 : cc == 86 || cc == 89 || major == 12 ? 99
+                       : major == 9 || major == 10 ? 227 : 0;
+  return (cl_ulong)kib << 10;
+}
+
 /* Every row of the tensor starts on a 16-byte boundary (per16 elements: 8 of 2 bytes, 4 of 4), as cp.async
    and the vector O store need. A stride along a dimension of extent 1 is never used, so it does not count. */
 static int rows_aligned(const int64_t stride[3], int64_t offset, const int64_t extent[3], int per16) {
@@ -53,7 +60,8 @@ static void tile_rows(const fcl_problem *p, fcl_tile_plan *t) {
 
 /* A plan's tiles fit the device: the compiler keeps 16 bytes of local memory for itself. */
 static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
-  return local_bytes + 16 <= caps->local_mem_size && (size_t)wg <= caps->max_work_group_size;
+  const cl_ulong limit = caps->nv_static_local > caps->local_mem_size ? caps->nv_static_local : caps->local_mem_size;
+  return local_bytes + 16 <= limit && (size_t)wg <= caps->max_work_group_size;
 }
 
 /* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
@@ -71,10 +79,11 @@ typedef struct nvidia_forward_shape {
    it fits the device's local memory (forward_default); the planner has declined head_dims above 256. All keep two buffers: a second K tile
    measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). A row with conditions (0: none) applies only to
    causal problems of at most causal_max_rows query rows, problems of at least min_rows query rows and at most
-   max_keys keys, dtype (fcl_dtype + 1), and with `plain` problems without softcap, ALiBi or a mask (the scores'
-   modifiers) and without paged keys. */
+   max_keys keys, dtype (fcl_dtype + 1), with `plain` problems without softcap, ALiBi or a mask (the scores'
+   modifiers) and without paged keys, `no_mask` problems without an additive mask, and with `two_a_unit` devices whose multiprocessors hold two such
+   work-groups (their local memory beyond the 48 KiB NVIDIA's OpenCL reports: compute capability 8.0 and 9.0). */
 typedef struct forward_default_row {
-  int max_head_dim, causal_max_rows, min_rows, max_keys, dtype, plain;
+  int max_head_dim, causal_max_rows, min_rows, max_keys, dtype, plain, no_mask, two_a_unit;
   nvidia_forward_shape shape;
 } forward_default_row;
 static const forward_default_row forward_defaults[] = {
@@ -93,6 +102,10 @@ static const forward_default_row forward_defaults[] = {
     {.max_head_dim = 64, .shape = {4, 2, 64, 0, 2, 0}},
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
     {.max_head_dim = 128, .causal_max_rows = 2048, .shape = {4, 1, 64, 0, 2, 0}},
+    /* FlashAttention-2's tile: 4 warps x 2 tiles (128 rows), 64-key tiles, all of Q in local memory (35 KiB +
+       K,V 35 KiB): on an H100 3-10% faster than the next row at N = 1024 to 16384 (causal from 4096 rows), with
+       softcap or ALiBi too; with a mask 2% faster not causal but 17% slower causal (docs/notes-nvidia.md v37) */
+    {.max_head_dim = 128, .no_mask = 1, .two_a_unit = 1, .shape = {4, 2, 64, 1, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 32-key tiles; Q's first 32 columns in registers and the other 96 in local
        memory (26 KiB + K,V 17 KiB of 48 KiB), where the whole Q tile (35 KiB) would not fit: 7-13% faster than
        2 warps x 2 tiles with all of Q in local memory (v20) */
@@ -145,6 +158,7 @@ static int row_applies(const forward_default_row *r, const fcl_problem *p) {
   if (p->d > r->max_head_dim || p->nq < r->min_rows || (r->max_keys && p->nk > r->max_keys)) return 0;
   if (r->causal_max_rows && !(p->causal && p->nq <= r->causal_max_rows)) return 0;
   if (r->dtype && (int)p->dtype + 1 != r->dtype) return 0;
+  if (r->no_mask && p->mask) return 0;
   return !r->plain || !(fcl_problem_score_mods(p) || p->block_table);
 }
 
@@ -156,13 +170,15 @@ static const nvidia_forward_shape *forward_default(const fcl_device_caps *caps, 
     if (!row_applies(r, p)) continue;
     /* A row with conditions gives way to the next when it does not fit; the first without any is the head_dim's
        own default, and where that does not fit the fallbacks follow (fcl_plan_nvidia_forward). */
-    const int conditional = r->causal_max_rows || r->min_rows || r->max_keys || r->dtype || r->plain;
+    const int conditional = r->causal_max_rows || r->min_rows || r->max_keys || r->dtype || r->plain || r->no_mask ||
+                            r->two_a_unit;
     if (!conditional) return &r->shape;
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
     tile_rows(p, &t);
     take_shape(caps, p, &r->shape, 0, &t);
-    if (fits(caps, t.local_bytes, t.wg)) return &r->shape;
+    if (fits(caps, t.local_bytes, t.wg) && (!r->two_a_unit || fcl_nvidia_groups_per_unit(caps, t.local_bytes) >= 2))
+      return &r->shape;
   }
   return &forward_defaults[n - 1].shape;
 }
@@ -330,24 +346,30 @@ typedef struct nvidia_backward_shape {
    H200, 16 bytes of it kept by the compiler): dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for
    16 keys); dQ keeps Q and dO fragments and dQ in registers and streams K, V through two buffers. f32 reads
    the fragments from global memory at each use (4-byte elements: half the rows a buffer). The first row that
-   applies is taken; the planner has declined head_dims above 128. */
+   applies is taken (a `two_a_unit` row only where both kernels' work-groups fit the device, two a
+   multiprocessor: local memory beyond the 48 KiB NVIDIA's OpenCL reports, compute capability 8.0 and 9.0); the
+   planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
+  int two_a_unit;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {64, {4, 64}, {4, 64}},
+    {64, {4, 64}, {4, 64}, 0},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {128, {4, 32}, {4, 32}},
+    {128, {4, 32}, {4, 32}, 0},
 };
 static const nvidia_backward_default backward_defaults_f32[] = {
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {64, {4, 32}, {4, 32}},
-    /* 16-row steps and 16-key tiles (33 KiB each): 32 would need 66 KiB. */
-    {128, {4, 16}, {4, 16}},
+    {64, {4, 32}, {4, 32}, 0},
+    /* 32-row steps and 32-key tiles (68 and 67 KiB): each K or V fragment a warp reads and splits serves twice
+       the products of 16: on an H100 20% faster than the next row (docs/notes-nvidia.md v37). */
+    {128, {4, 32}, {4, 32}, 1},
+    /* 16-row steps and 16-key tiles (33 KiB each). */
+    {128, {4, 16}, {4, 16}, 0},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
@@ -355,13 +377,42 @@ static const nvidia_backward_default backward_defaults_f32[] = {
 static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32}, {2, 16}, {1, 16}},
                                                                {{4, 16}, {2, 16}, {1, 16}}};
 
-static const nvidia_backward_default *backward_default(const fcl_problem *p) {
+/* Kernel `which`'s (FCL_BWD_*) plan fields and local memory for shape sh. */
+static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shape *sh, int which, fcl_tile_plan *t) {
+  memset(t, 0, sizeof *t);
+  t->variant = FCL_VARIANT_NVIDIA_BACKWARD;
+  t->head_dim = (int)p->d;
+  tile_rows(p, t);
+  t->tc = 32;
+  t->rm = 1;
+  t->splits = 1;
+  t->tr = sh->warps;
+  t->wg = t->tr * 32;
+  if (which == FCL_BWD_DKDV) {
+    t->bc = t->tr * 16;    /* key rows owned */
+    t->br = sh->streamed; /* query rows streamed per step */
+  } else {
+    t->br = t->tr * 16;    /* query rows owned */
+    t->bc = sh->streamed; /* key rows streamed per tile */
+  }
+  t->local_bytes = fcl_nvidia_backward_local_bytes(t, which, (int)p->elem_size);
+}
+
+static const nvidia_backward_default *backward_default(const fcl_device_caps *caps, const fcl_problem *p) {
   const int f32 = p->dtype == FCL_DTYPE_F32;
   const nvidia_backward_default *table = f32 ? backward_defaults_f32 : backward_defaults;
   const size_t n = f32 ? sizeof backward_defaults_f32 / sizeof backward_defaults_f32[0]
                        : sizeof backward_defaults / sizeof backward_defaults[0];
-  for (size_t i = 0; i < n; ++i)
-    if (p->d <= table[i].max_head_dim) return &table[i];
+  for (size_t i = 0; i < n; ++i) {
+    if (p->d > table[i].max_head_dim) continue;
+    int take = 1;
+    for (int which = 0; which < 2 && take && table[i].two_a_unit; ++which) {
+      fcl_tile_plan t;
+      take_backward_shape(p, which == FCL_BWD_DKDV ? &table[i].dkdv : &table[i].dq, which, &t);
+      take = fits(caps, t.local_bytes, t.wg) && fcl_nvidia_groups_per_unit(caps, t.local_bytes) >= 2;
+    }
+    if (take) return &table[i];
+  }
   return &table[n - 1];
 }
 
@@ -396,35 +447,20 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of %d)",
             16 / elem_bytes);
 
-  const nvidia_backward_default *first = backward_default(p);
+  const nvidia_backward_default *first = backward_default(caps, p);
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
-  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1]}, {bs[2], bs[3]}};
+  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1]}, {bs[2], bs[3]}, 0};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
     memset(&t, 0, sizeof t);
-    t.variant = FCL_VARIANT_NVIDIA_BACKWARD;
-    t.head_dim = (int)p->d;
-    tile_rows(p, &t);
-    t.tc = 32;
-    t.rm = 1;
-    t.splits = 1;
     int found = 0, took_forced = 0;
     for (size_t i = bs[0] ? 0 : 1; i <= nfall + 1 && !found; ++i) {
       const nvidia_backward_default *shapes = i == 0 ? &forced : first;
       const nvidia_backward_shape *sh = i > 1 ? &backward_fallbacks[which][i - 2]
                                         : which == FCL_BWD_DKDV ? &shapes->dkdv : &shapes->dq;
-      t.tr = sh->warps;
-      t.wg = t.tr * 32;
-      if (which == FCL_BWD_DKDV) {
-        t.bc = t.tr * 16;    /* key rows owned */
-        t.br = sh->streamed; /* query rows streamed per step */
-      } else {
-        t.br = t.tr * 16;    /* query rows owned */
-        t.bc = sh->streamed; /* key rows streamed per tile */
-      }
-      t.local_bytes = fcl_nvidia_backward_local_bytes(&t, which, elem_bytes);
+      take_backward_shape(p, sh, which, &t);
       found = fits(caps, t.local_bytes, t.wg);
       took_forced = found && i == 0;
     }

@@ -529,6 +529,61 @@ static void planner_cases(void) {
   }
 }
 
+/* NVIDIA's OpenCL reports 48 KiB of local memory, but a kernel's own __local arrays may take the multiprocessor's
+   per-block maximum (fcl_nvidia_block_local). head_dim 128's default takes FlashAttention-2's tile (128 rows,
+   64-key tiles, Q in local memory: 70 KiB) where two such work-groups fit a multiprocessor (compute capability
+   9.0 and 8.0), and keeps 32-key tiles within 48 KiB elsewhere (8.6: one a multiprocessor; a capability out of
+   the table; FLASHCL_LOCAL_MEM_LIMIT's 48 KiB). Causal rows of at most 2048 keep their 64-row blocks. */
+static void large_local_cases(void) {
+  static const struct {
+    int major, minor;
+    cl_ulong block_local;
+    int limited, causal, nq, bc, over_48k;
+  } c[] = {{9, 0, 227 << 10, 0, 0, 4096, 64, 1}, {9, 0, 227 << 10, 0, 1, 4096, 64, 1},
+           {8, 0, 163 << 10, 0, 0, 4096, 64, 1}, {8, 6, 99 << 10, 0, 0, 4096, 32, 0},
+           {8, 9, 99 << 10, 0, 0, 4096, 32, 0},  {11, 0, 0, 0, 0, 4096, 32, 0},
+           {9, 0, 227 << 10, 1, 0, 4096, 32, 0}, {9, 0, 227 << 10, 0, 1, 2048, 64, 0}};
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; ++i) {
+    fcl_device_caps nv;
+    memset(&nv, 0, sizeof nv);
+    nv.vendor = FCL_VENDOR_NVIDIA;
+    nv.nv_cc_major = c[i].major, nv.nv_cc_minor = c[i].minor;
+    nv.local_mem_size = 48 << 10;
+    nv.nv_static_local = c[i].limited ? 48 << 10 : fcl_nvidia_block_local(c[i].major, c[i].minor);
+    nv.max_work_group_size = nv.max_work_item_size0 = 1024;
+    nv.is_gpu = 1;
+    nv.compute_units = 132;
+    fcl_problem p = test_problem(128, FCL_DTYPE_F16, c[i].nq, 0);
+    p.causal = c[i].causal;
+    fcl_tile_plan t;
+    const int r = fcl_plan_nvidia_forward(&nv, &no_overrides, &p, 0, NULL, &t);
+    check(nv.nv_static_local == (c[i].limited ? 48 << 10 : c[i].block_local) && r == 0 && t.bc == c[i].bc &&
+              (t.local_bytes > (48 << 10)) == c[i].over_48k &&
+              t.local_bytes + 16 <= (nv.nv_static_local > nv.local_mem_size ? nv.nv_static_local : nv.local_mem_size),
+          "planner: compute capability %d.%d%s, f16 head_dim 128, %d rows%s: %d-key tiles, %zu B local (want %d-key "
+          "tiles, %s 48 KiB)",
+          c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", c[i].nq, c[i].causal ? " causal" : "",
+          r == 0 ? t.bc : 0, r == 0 ? t.local_bytes : 0, c[i].bc, c[i].over_48k ? "over" : "within");
+    /* With an additive mask the 32-key tiles stay (the 64-key ones ran slower causal). */
+    p.mask = (cl_mem)&p; /* the planner only tests it against NULL */
+    p.mask_dtype = FCL_DTYPE_F16;
+    const int rm = fcl_plan_nvidia_forward(&nv, &no_overrides, &p, 0, NULL, &t);
+    check(rm == 0 && t.bc == (c[i].causal && c[i].nq <= 2048 ? 64 : 32) && t.local_bytes <= (48 << 10),
+          "planner: compute capability %d.%d%s, f16 head_dim 128, %d rows%s, a mask: %d-key tiles within 48 KiB",
+          c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", c[i].nq, c[i].causal ? " causal" : "",
+          rm == 0 ? t.bc : 0);
+    /* The f32 backward at head_dim 128: 32-row steps and 32-key tiles where both kernels fit two a unit. */
+    const fcl_problem pb = test_problem(128, FCL_DTYPE_F32, c[i].nq, 0);
+    fcl_tile_plan tb[2];
+    const int rb = fcl_plan_nvidia_backward(&nv, &no_overrides, &pb, 0, NULL, tb);
+    const int rows = !c[i].limited && c[i].block_local >= (163 << 10) ? 32 : 16;
+    check(rb == 0 && tb[FCL_BWD_DKDV].br == rows && tb[FCL_BWD_DQ].bc == rows,
+          "planner: compute capability %d.%d%s, f32 backward head_dim 128: %d-row steps, %d-key tiles (want %d)",
+          c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", rb == 0 ? tb[FCL_BWD_DKDV].br : 0,
+          rb == 0 ? tb[FCL_BWD_DQ].bc : 0, rows);
+  }
+}
+
 /* The tensor-core backward's planner over the same made-up devices: f32 (3xTF32), f16 and bf16 at head_dim 64
    and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory; declined, with a
    reason, for head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
@@ -696,6 +751,7 @@ int main(void) {
   table_cases();
   mask_define_cases();
   planner_cases();
+  large_local_cases();
   backward_planner_cases();
 
   const char *env_off = getenv("FLASHCL_PORTABLE_ONLY");
