@@ -80,8 +80,9 @@ typedef struct nvidia_forward_shape {
    measured 1-5% slower on the H200 (docs/notes-nvidia.md, v5). A row with conditions (0: none) applies only to
    causal problems of at most causal_max_rows query rows, problems of at least min_rows query rows and at most
    max_keys keys, dtype (fcl_dtype + 1), with `plain` problems without softcap, ALiBi or a mask (the scores'
-   modifiers) and without paged keys, `no_mask` problems without an additive mask, and with `two_a_unit` devices whose multiprocessors hold two such
-   work-groups (their local memory beyond the 48 KiB NVIDIA's OpenCL reports: compute capability 8.0 and 9.0). */
+   modifiers) and without paged keys, with `no_mask` problems without an additive mask, and with `two_a_unit`
+   devices whose multiprocessors hold two such work-groups, each beyond the 48 KiB NVIDIA's OpenCL reports
+   (compute capability 8.0, 8.7, 9.0 and 10.x; caps->nv_static_local). */
 typedef struct forward_default_row {
   int max_head_dim, causal_max_rows, min_rows, max_keys, dtype, plain, no_mask, two_a_unit;
   nvidia_forward_shape shape;
@@ -342,13 +343,13 @@ typedef struct nvidia_backward_shape {
   int warps, streamed;
 } nvidia_backward_shape;
 
-/* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group on the
-   H200, 16 bytes of it kept by the compiler): dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for
-   16 keys); dQ keeps Q and dO fragments and dQ in registers and streams K, V through two buffers. f32 reads
-   the fragments from global memory at each use (4-byte elements: half the rows a buffer). The first row that
-   applies is taken (a `two_a_unit` row only where both kernels' work-groups fit the device, two a
-   multiprocessor: local memory beyond the 48 KiB NVIDIA's OpenCL reports, compute capability 8.0 and 9.0); the
-   planner has declined head_dims above 128. */
+/* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group as NVIDIA's
+   OpenCL reports it, 16 bytes of it kept by the compiler; more for a kernel's own arrays, caps->nv_static_local):
+   dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for 16 keys); dQ keeps Q and dO fragments and dQ
+   in registers and streams K, V through two buffers. f32 reads the fragments from global memory at each use
+   (4-byte elements: half the rows a buffer). The first row that applies is taken (a `two_a_unit` row only where both kernels' work-groups fit the device two a
+   multiprocessor, each beyond the 48 KiB NVIDIA's OpenCL reports: compute capability 8.0, 8.7, 9.0 and 10.x);
+   the planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
