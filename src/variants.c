@@ -138,6 +138,15 @@ fcl_status fcl_variant_build(fcl_context *ctx, const fcl_variant *v, const fcl_p
     for (int attempt = 1;; ++attempt) {
       size_t wg = 0;
       const fcl_status st = fcl_variant_kernel(ctx, v, p, &plans[which], which, mods, &kernels[which], &wg);
+      /* A tile beyond the local memory the device reports (NVIDIA: a kernel's own arrays may take more,
+         caps->nv_static_local) that does not build: this driver keeps kernels to what it reports. Plan within it
+         from now on and try the variant again, once (the capability is then gone). */
+      if (st == FCL_ERROR_BUILD && falls_back(v) && ctx->caps.nv_static_local > ctx->caps.local_mem_size &&
+          plans[which].local_bytes + 16 > ctx->caps.local_mem_size) {
+        ctx->caps.nv_static_local = 0;
+        fcl_clear_error();
+        return fcl_variant_build(ctx, v, p, flags, mods, plans, kernels, why, why_size);
+      }
       if (st) {
         if (st == FCL_ERROR_BUILD && failed) *failed |= bit;
         snprintf(why, why_size, "the %s kernel %s %s: %s", v->title, v->kernels[which],

@@ -3,7 +3,11 @@
  * head_dim 64) while FLASHCL_KERNEL_DIR serves sources in which the tensor-core kernels do not compile. Then:
  * the portable variant runs, with results bitwise equal to a context that never tried the vendor variant; the
  * reason says why; the failure is remembered (the next call neither builds the vendor kernel again nor writes
- * the last error); and the failed build's log does not linger as the thread's last error. */
+ * the last error); and the failed build's log does not linger as the thread's last error.
+ * And a driver that keeps kernels to the local memory it reports: the tensor-core forward's sources build only
+ * where its tile fits 48 KiB, on a device whose kernels' own arrays are taken to reach 227 KiB
+ * (caps->nv_static_local). head_dim 128's larger tile fails to build, and the forward plans within 48 KiB instead,
+ * still on the tensor-core variant, from then on. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,17 +25,42 @@ static int write_text(const char *path, const char *text) {
   return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+/* A tensor-core forward that builds only where its tile (as flash_fwd_mma.cl counts it, 2-byte elements) fits 48
+   KiB; its kernel does nothing (the test only plans and builds). ptx.cl is left out and common.cl's inline PTX
+   turned off (FCL_PTX 0), as a CPU's compiler would not take them. */
+static const char *const local_limited_forward =
+    "#define QDS (DS - QREG * 16)\n"
+    "#define LOCAL_BYTES ((STAGES * BC * DS + QSMEM * NW * MT * 16 * QDS) * 2)\n"
+    "#if LOCAL_BYTES > 49152 - 16\n"
+    "#error \"local memory beyond the 48 KiB the device reports\"\n"
+    "#endif\n"
+    "__kernel __attribute__((reqd_work_group_size(NW * 32, 1, 1))) void flash_fwd_mma(__global int *unused) {}\n";
+
 /* Every embedded source into dir (and dir/nvidia), the tensor-core kernels replaced by text that does not
-   compile. Returns 0 on success. */
-static int write_sources(const char *dir) {
+   compile (local_limited: the forward's by local_limited_forward, ptx.cl by an empty file, common.cl without
+   inline PTX). Returns 0 on success. */
+static int write_sources(const char *dir, int local_limited) {
   char path[512];
   snprintf(path, sizeof path, "%s/nvidia", dir);
   if (mkdir(path, 0700) != 0) return -1;
   for (int i = 0; i < fcl_embedded_source_count; ++i) {
     const char *name = fcl_embedded_sources[i].name;
-    const int broken = strcmp(name, "nvidia/flash_fwd_mma.cl") == 0 || strcmp(name, "nvidia/flash_bwd_mma.cl") == 0;
+    const int fwd = strcmp(name, "nvidia/flash_fwd_mma.cl") == 0, ptx = strcmp(name, "nvidia/ptx.cl") == 0;
+    const int broken = fwd || strcmp(name, "nvidia/flash_bwd_mma.cl") == 0;
+    const char *text = local_limited && fwd ? local_limited_forward
+                       : local_limited && ptx ? "\n"
+                       : broken               ? "this is not OpenCL C;\n"
+                                              : fcl_embedded_sources[i].text;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (write_text(path, broken ? "this is not OpenCL C;\n" : fcl_embedded_sources[i].text)) return -1;
+    if (write_text(path, text)) return -1;
+    if (local_limited && strcmp(name, "common.cl") == 0) {
+      static const char no_ptx[] = "#undef FCL_PTX\n#define FCL_PTX 0\n";
+      char *both = malloc(sizeof no_ptx + strlen(text));
+      const int bad = !both || (memcpy(both, no_ptx, sizeof no_ptx - 1),
+                                strcpy(both + sizeof no_ptx - 1, text), write_text(path, both) != 0);
+      free(both);
+      if (bad) return -1;
+    }
   }
   return 0;
 }
@@ -92,13 +121,79 @@ static void check_operation(fcl_context *faked, fcl_operation op, const fcl_atte
         name, fcl_last_error());
 }
 
+/* Work-items a kernel of 128 required work-items admits on env's device (CL_KERNEL_WORK_GROUP_SIZE; llvmpipe's
+   kernels admit 32), 0 where it does not build. */
+static size_t kernel_admits(test_env *env) {
+  const char *src = "__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void k(__global int *x) {}\n";
+  cl_int err;
+  size_t wg = 0;
+  cl_program prog = clCreateProgramWithSource(env->context, 1, &src, NULL, &err);
+  if (prog && clBuildProgram(prog, 1, &env->device, "", NULL, NULL) == CL_SUCCESS) {
+    cl_kernel k = clCreateKernel(prog, "k", &err);
+    if (k && clGetKernelWorkGroupInfo(k, env->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS)
+      wg = 0;
+    if (k) clReleaseKernel(k);
+  }
+  if (prog) clReleaseProgram(prog);
+  return wg;
+}
+
+/* The driver that keeps kernels to the local memory it reports (above): B=4, H=16, N=4096, f16 (512 blocks of 128
+   rows: not a small grid), head_dim 128, whose default tile (68 KiB) does not build there. */
+static void local_limited_case(test_env *env) {
+  const size_t admits = kernel_admits(env);
+  if (admits < 128) {
+    skip("a driver that keeps kernels to the local memory it reports: this device's kernels admit %zu work-items, "
+         "fewer than the tensor-core forward's 128", admits);
+    return;
+  }
+  char dir[] = "/tmp/flashcl-local-XXXXXX";
+  if (!mkdtemp(dir) || write_sources(dir, 1)) {
+    check(0, "writing the local-limited kernel sources to a temporary directory");
+    return;
+  }
+  setenv("FLASHCL_KERNEL_DIR", dir, 1);
+  fcl_context *ctx = NULL;
+  fcl_context_options opts = {"", "", 0};
+  fcl_status st = fcl_context_create(env->context, env->device, &opts, &ctx);
+  check(st == FCL_SUCCESS, "a context with the local-limited tensor-core sources: %s", fcl_status_string(st));
+  if (st == FCL_SUCCESS) {
+    ctx->caps.vendor = FCL_VENDOR_NVIDIA;
+    ctx->caps.nv_cc_major = 9, ctx->caps.nv_cc_minor = 0;
+    ctx->caps.local_mem_size = 48 << 10;
+    ctx->caps.nv_static_local = fcl_nvidia_block_local(9, 0);
+    ctx->caps.compute_units = 132;
+    fcl_attention_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.batch = 4, desc.num_heads = 16, desc.seqlen_q = desc.seqlen_k = 4096, desc.head_dim = 128;
+    desc.dtype = FCL_DTYPE_F16;
+    fcl_plan_info info;
+    fcl_clear_error();
+    st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, &info);
+    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && info.block_k == 32 &&
+              info.local_mem_bytes + 16 <= (48 << 10) && ctx->caps.nv_static_local == 0 && fcl_last_error()[0] == '\0',
+          "head_dim 128 whose 64-key tile does not build within the reported 48 KiB: the tensor-core forward within "
+          "it (%s %s, %d-key tiles, %zu B local; last error \"%.80s\"; %.150s)",
+          fcl_status_string(st), info.kernel, info.block_k, info.local_mem_bytes, fcl_last_error(), info.reason);
+    const uint64_t builds = source_builds(ctx);
+    st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, &info);
+    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && info.block_k == 32 &&
+              source_builds(ctx) == builds,
+          "the next call plans within 48 KiB at once and builds nothing (%s %s, %d-key tiles)", fcl_status_string(st),
+          info.kernel, info.block_k);
+  }
+  fcl_context_release(ctx);
+  unsetenv("FLASHCL_KERNEL_DIR");
+  remove_sources(dir);
+}
+
 int main(void) {
   test_seed();
   test_env env;
   if (test_open(&env, NULL)) return 1;
 
   char dir[] = "/tmp/flashcl-fallback-XXXXXX";
-  if (!mkdtemp(dir) || write_sources(dir)) {
+  if (!mkdtemp(dir) || write_sources(dir, 0)) {
     check(0, "writing the kernel sources to a temporary directory");
     return test_summary("test_fallback");
   }
@@ -177,6 +272,7 @@ int main(void) {
   fcl_context_release(plain);
   unsetenv("FLASHCL_KERNEL_DIR");
   remove_sources(dir);
+  local_limited_case(&env);
   const int rc = test_summary("test_fallback");
   test_close(&env);
   return rc;
