@@ -104,7 +104,7 @@ static const forward_default_row forward_defaults[] = {
     /* causal with at most 2048 query rows: 4 warps x 1 tile, 64-key tiles, Q in registers measured faster */
     {.max_head_dim = 128, .causal_max_rows = 2048, .shape = {4, 1, 64, 0, 2, 0}},
     /* FlashAttention-2's tile: 4 warps x 2 tiles (128 rows), 64-key tiles, all of Q in local memory (35 KiB +
-       K,V 35 KiB): on an H100 3-10% faster than the next row at N = 1024 to 16384 (causal from 4096 rows), with
+       K,V 35 KiB): on an H100 2-10% faster than the next row at N = 1024 to 16384 (causal from 4096 rows), with
        softcap or ALiBi too; with a mask 2% faster not causal but 17% slower causal (docs/notes-nvidia.md v37) */
     {.max_head_dim = 128, .no_mask = 1, .two_a_unit = 1, .shape = {4, 2, 64, 1, 2, 0}},
     /* 4 warps x 2 tiles (128 rows), 32-key tiles; Q's first 32 columns in registers and the other 96 in local
