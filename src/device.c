@@ -117,8 +117,8 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
      the device had less local memory or smaller work-groups, to exercise small-device tilings on any machine.
      Overrides of the plans themselves are not the device's: overrides.c. */
   const char *lim = getenv("FLASHCL_LOCAL_MEM_LIMIT");
-  if (lim && *lim && strtoull(lim, NULL, 10) > 0 && strtoull(lim, NULL, 10) < caps->local_mem_size)
-    caps->local_mem_size = strtoull(lim, NULL, 10);
+  const unsigned long long local_limit = lim && *lim ? strtoull(lim, NULL, 10) : 0; /* 0: none */
+  if (local_limit > 0 && local_limit < caps->local_mem_size) caps->local_mem_size = local_limit;
   const char *wgl = getenv("FLASHCL_MAX_WORK_GROUP_SIZE");
   if (wgl && *wgl && strtoull(wgl, NULL, 10) > 0 && strtoull(wgl, NULL, 10) < caps->max_work_group_size)
     caps->max_work_group_size = (size_t)strtoull(wgl, NULL, 10);
@@ -135,8 +135,7 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_caps *caps) {
     if (clGetDeviceInfo(device, CL_DEVICE_WARP_SIZE_NV, sizeof v, &v, NULL) == CL_SUCCESS && v)
       caps->preferred_multiple = v;
     caps->nv_static_local = fcl_nvidia_block_local(caps->nv_cc_major, caps->nv_cc_minor);
-    if (lim && *lim && strtoull(lim, NULL, 10) > 0 && strtoull(lim, NULL, 10) < caps->nv_static_local)
-      caps->nv_static_local = strtoull(lim, NULL, 10);
+    if (local_limit > 0 && local_limit < caps->nv_static_local) caps->nv_static_local = local_limit;
   } else if (amd_attrs) {
     cl_uint v = 0;
     if (clGetDeviceInfo(device, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof v, &v, NULL) == CL_SUCCESS && v)

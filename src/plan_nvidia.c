@@ -19,20 +19,21 @@ size_t fcl_nvidia_forward_local_bytes(const fcl_tile_plan *p, int elem_bytes, in
          (p->mbar_ring ? 2 * (size_t)p->stages * sizeof(uint64_t) : 0);
 }
 
+/* KiB of shared memory a multiprocessor holds, by compute capability (CUDA's table of them); 0 where unknown. Each
+   block also takes 1 KiB the driver reserves, so one block may take 1 KiB less than the whole. */
+static unsigned unit_shared_kib(int major, int minor) {
+  const int cc = major * 10 + minor;
+  return cc == 80 || cc == 87 ? 164 : cc == 86 || cc == 89 || major == 12 ? 100 : major == 9 || major == 10 ? 228 : 0;
+}
+
 int fcl_nvidia_groups_per_unit(const fcl_device_caps *caps, size_t local_bytes) {
-  /* Shared memory a multiprocessor holds, by compute capability (CUDA's table of them); each work-group
-     also takes 1 KB the driver reserves. */
-  const int cc = caps->nv_cc_major * 10 + caps->nv_cc_minor;
-  const size_t kib = cc == 80 || cc == 87 ? 164 : cc == 86 || cc == 89 || caps->nv_cc_major == 12 ? 100
-                     : caps->nv_cc_major == 9 || caps->nv_cc_major == 10 ? 228 : 0;
+  const size_t kib = unit_shared_kib(caps->nv_cc_major, caps->nv_cc_minor);
   return kib ? (int)((kib << 10) / (local_bytes + 1024)) : 0;
 }
 
 cl_ulong fcl_nvidia_block_local(int major, int minor) {
-  const int cc = major * 10 + minor;
-  const unsigned kib = cc == 80 || cc == 87 ? 163 : cc == 86 || cc == 89 || major == 12 ? 99
-                       : major == 9 || major == 10 ? 227 : 0;
-  return (cl_ulong)kib << 10;
+  const unsigned kib = unit_shared_kib(major, minor);
+  return kib ? (cl_ulong)(kib - 1) << 10 : 0;
 }
 
 /* Every row of the tensor starts on a 16-byte boundary (per16 elements: 8 of 2 bytes, 4 of 4), as cp.async

@@ -18,10 +18,11 @@
 #include "internal.h"
 #include "test_util.h"
 
-static int write_text(const char *path, const char *text) {
+/* prefix, then text, into the file at path. */
+static int write_text(const char *path, const char *prefix, const char *text) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  const int ok = fputs(text, f) >= 0;
+  const int ok = fputs(prefix, f) >= 0 && fputs(text, f) >= 0;
   return fclose(f) == 0 && ok ? 0 : -1;
 }
 
@@ -51,16 +52,9 @@ static int write_sources(const char *dir, int local_limited) {
                        : local_limited && ptx ? "\n"
                        : broken               ? "this is not OpenCL C;\n"
                                               : fcl_embedded_sources[i].text;
+    const int no_ptx = local_limited && strcmp(name, "common.cl") == 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (write_text(path, text)) return -1;
-    if (local_limited && strcmp(name, "common.cl") == 0) {
-      static const char no_ptx[] = "#undef FCL_PTX\n#define FCL_PTX 0\n";
-      char *both = malloc(sizeof no_ptx + strlen(text));
-      const int bad = !both || (memcpy(both, no_ptx, sizeof no_ptx - 1),
-                                strcpy(both + sizeof no_ptx - 1, text), write_text(path, both) != 0);
-      free(both);
-      if (bad) return -1;
-    }
+    if (write_text(path, no_ptx ? "#undef FCL_PTX\n#define FCL_PTX 0\n" : "", text)) return -1;
   }
   return 0;
 }

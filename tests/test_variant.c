@@ -29,15 +29,22 @@ static int embedded(const char *file) {
   return 0;
 }
 
-static void table_cases(void) {
+/* A made-up NVIDIA GPU of compute capability major.minor with the 48 KiB of local memory its OpenCL reports and
+   work-groups up to 1024 (no more local memory for a kernel's own arrays: nv_static_local 0). */
+static fcl_device_caps nvidia_caps(int major, int minor) {
   fcl_device_caps nv;
   memset(&nv, 0, sizeof nv);
   nv.vendor = FCL_VENDOR_NVIDIA;
-  nv.nv_cc_major = 9;
+  nv.nv_cc_major = major, nv.nv_cc_minor = minor;
   nv.local_mem_size = 48 << 10;
   nv.max_work_group_size = nv.max_work_item_size0 = 1024;
-  nv.preferred_multiple = 32;
   nv.is_gpu = 1;
+  return nv;
+}
+
+static void table_cases(void) {
+  fcl_device_caps nv = nvidia_caps(9, 0);
+  nv.preferred_multiple = 32;
   const fcl_problem p = problem(64, FCL_DTYPE_F16, 0);
   for (int op = FCL_OP_FORWARD; op <= FCL_OP_BACKWARD; ++op) {
     const fcl_variant *last = NULL;
@@ -128,13 +135,7 @@ static int paged_decode_plan(const fcl_device_caps *caps, int64_t b, int64_t h, 
 }
 
 static void planner_cases(void) {
-  fcl_device_caps nv;
-  memset(&nv, 0, sizeof nv);
-  nv.vendor = FCL_VENDOR_NVIDIA;
-  nv.nv_cc_major = 9;
-  nv.local_mem_size = 48 << 10;
-  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
-  nv.is_gpu = 1;
+  const fcl_device_caps nv = nvidia_caps(9, 0);
   fcl_tile_plan t;
   /* f16 and bf16 up to head_dim 256, f32 (3xTF32: k steps of 8, float tiles) up to 128. */
   for (int d = 8; d <= 256; d += 8)
@@ -544,14 +545,8 @@ static void large_local_cases(void) {
            {8, 9, 99 << 10, 0, 0, 4096, 32, 0},  {11, 0, 0, 0, 0, 4096, 32, 0},
            {9, 0, 227 << 10, 1, 0, 4096, 32, 0}, {9, 0, 227 << 10, 0, 1, 2048, 64, 0}};
   for (size_t i = 0; i < sizeof c / sizeof c[0]; ++i) {
-    fcl_device_caps nv;
-    memset(&nv, 0, sizeof nv);
-    nv.vendor = FCL_VENDOR_NVIDIA;
-    nv.nv_cc_major = c[i].major, nv.nv_cc_minor = c[i].minor;
-    nv.local_mem_size = 48 << 10;
+    fcl_device_caps nv = nvidia_caps(c[i].major, c[i].minor);
     nv.nv_static_local = c[i].limited ? 48 << 10 : fcl_nvidia_block_local(c[i].major, c[i].minor);
-    nv.max_work_group_size = nv.max_work_item_size0 = 1024;
-    nv.is_gpu = 1;
     nv.compute_units = 132;
     fcl_problem p = test_problem(128, FCL_DTYPE_F16, c[i].nq, 0);
     p.causal = c[i].causal;
@@ -589,13 +584,7 @@ static void large_local_cases(void) {
    reason, for head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
    capability 7.x, paged K/V, and too little local memory. */
 static void backward_planner_cases(void) {
-  fcl_device_caps nv;
-  memset(&nv, 0, sizeof nv);
-  nv.vendor = FCL_VENDOR_NVIDIA;
-  nv.nv_cc_major = 9;
-  nv.local_mem_size = 48 << 10;
-  nv.max_work_group_size = nv.max_work_item_size0 = 1024;
-  nv.is_gpu = 1;
+  const fcl_device_caps nv = nvidia_caps(9, 0);
   fcl_tile_plan t[2];
   for (int d = 8; d <= 128; d += 8)
     for (int dt = 0; dt <= 2; ++dt) {
