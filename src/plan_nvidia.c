@@ -325,11 +325,13 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int elem_bytes) {
   if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds], the second shared with K and V [bc][ds] (read
                                   into registers before step 1), or when they outgrow it but each fits a buffer,
-                                  K over the second and V over the first; f32 reads K and V from global memory
-                                  and keeps the two buffers alone; lse and Dvec [2][br] */
+                                  K over the second and V over the first, or with kv_resident K and V after both;
+                                  f32 reads K and V from global memory and keeps the two buffers alone; lse and
+                                  Dvec [2][br] */
     const size_t br = (size_t)p->br, bc = (size_t)p->bc;
-    const size_t rows = elem_bytes == 4 || (bc > br && bc <= 2 * br) ? 4 * br
-                                                                     : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
+    const size_t rows = p->kv_resident ? 4 * br + 2 * bc
+                        : elem_bytes == 4 || (bc > br && bc <= 2 * br) ? 4 * br
+                                                                       : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
     return rows * (size_t)p->ds * (size_t)elem_bytes + 4 * br * sizeof(float);
   }
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
@@ -341,40 +343,48 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
 
 /* warps (16 owned rows each: keys for dK/dV, query rows for dQ) and rows streamed per step. */
 typedef struct nvidia_backward_shape {
-  int warps, streamed;
+  int warps, streamed, kv_resident; /* kv_resident: the dK/dV kernel's K and V stay in local memory (KV_RESIDENT) */
 } nvidia_backward_shape;
 
 /* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group as NVIDIA's
    OpenCL reports it, 16 bytes of it kept by the compiler; more for a kernel's own arrays, caps->nv_static_local):
    dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for 16 keys); dQ keeps Q and dO fragments and dQ
    in registers and streams K, V through two buffers. f32 reads the fragments from global memory at each use
-   (4-byte elements: half the rows a buffer). The first row that applies is taken; the planner has declined
-   head_dims above 128. */
+   (4-byte elements: half the rows a buffer). The first row that applies is taken (a `two_a_unit` row only where both kernels' work-groups fit the device two a
+   multiprocessor, each beyond the 48 KiB NVIDIA's OpenCL reports: compute capability 8.0, 8.7, 9.0 and 10.x);
+   the planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
+  int two_a_unit;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {64, {4, 64}, {4, 64}},
+    {64, {4, 64, 0}, {4, 64, 0}, 0},
+    /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
+       103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4
+       warps, 64-key tiles (68 KiB). On an H100 8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md
+       v38). */
+    {128, {4, 64, 1}, {4, 64, 0}, 1},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {128, {4, 32}, {4, 32}},
+    {128, {4, 32, 0}, {4, 32, 0}, 0},
 };
 static const nvidia_backward_default backward_defaults_f32[] = {
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {64, {4, 32}, {4, 32}},
-    /* 16-row steps and 16-key tiles (33 KiB each): 32 take 68 and 67 KiB, beyond the 48 KiB NVIDIA's OpenCL
-       reports (docs/notes-nvidia.md v37: 20% faster on an H100, not yet run through the backward's tests there;
-       bench/nv_dev/patches/f32-backward-32-rows.patch). */
-    {128, {4, 16}, {4, 16}},
+    {64, {4, 32, 0}, {4, 32, 0}, 0},
+    /* 32-row steps and 32-key tiles (68 and 67 KiB): each K or V fragment a warp reads and splits serves twice
+       the products of 16: on an H100 20% faster than the next row (docs/notes-nvidia.md v37). */
+    {128, {4, 32, 0}, {4, 32, 0}, 1},
+    /* 16-row steps and 16-key tiles (33 KiB each). */
+    {128, {4, 16, 0}, {4, 16, 0}, 0},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
    2 warps with 32-row steps, head_dim 128's default before v20). */
-static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32}, {2, 16}, {1, 16}},
-                                                               {{4, 16}, {2, 16}, {1, 16}}};
+static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32, 0}, {2, 16, 0}, {1, 16, 0}},
+                                                               {{4, 16, 0}, {2, 16, 0}, {1, 16, 0}}};
 
 /* Kernel `which`'s (FCL_BWD_*) plan fields and local memory for shape sh. */
 static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shape *sh, int which, fcl_tile_plan *t) {
@@ -390,6 +400,7 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
   if (which == FCL_BWD_DKDV) {
     t->bc = t->tr * 16;    /* key rows owned */
     t->br = sh->streamed; /* query rows streamed per step */
+    t->kv_resident = sh->kv_resident && p->dtype != FCL_DTYPE_F32;
   } else {
     t->br = t->tr * 16;    /* query rows owned */
     t->bc = sh->streamed; /* key rows streamed per tile */
@@ -397,13 +408,21 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
   t->local_bytes = fcl_nvidia_backward_local_bytes(t, which, (int)p->elem_size);
 }
 
-static const nvidia_backward_default *backward_default(const fcl_problem *p) {
+static const nvidia_backward_default *backward_default(const fcl_device_caps *caps, const fcl_problem *p) {
   const int f32 = p->dtype == FCL_DTYPE_F32;
   const nvidia_backward_default *table = f32 ? backward_defaults_f32 : backward_defaults;
   const size_t n = f32 ? sizeof backward_defaults_f32 / sizeof backward_defaults_f32[0]
                        : sizeof backward_defaults / sizeof backward_defaults[0];
-  for (size_t i = 0; i < n; ++i)
-    if (p->d <= table[i].max_head_dim) return &table[i];
+  for (size_t i = 0; i < n; ++i) {
+    if (p->d > table[i].max_head_dim) continue;
+    int take = 1;
+    for (int which = 0; which < 2 && take && table[i].two_a_unit; ++which) {
+      fcl_tile_plan t;
+      take_backward_shape(p, which == FCL_BWD_DKDV ? &table[i].dkdv : &table[i].dq, which, &t);
+      take = fits(caps, t.local_bytes, t.wg) && fcl_nvidia_groups_per_unit(caps, t.local_bytes) >= 2;
+    }
+    if (take) return &table[i];
+  }
   return &table[n - 1];
 }
 
@@ -438,10 +457,10 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of %d)",
             16 / elem_bytes);
 
-  const nvidia_backward_default *first = backward_default(p);
+  const nvidia_backward_default *first = backward_default(caps, p);
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
-  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1]}, {bs[2], bs[3]}};
+  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1], bs[4]}, {bs[2], bs[3], 0}, 0};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
@@ -459,9 +478,9 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     if (which == FCL_BWD_DKDV)
       snprintf(t.reason, sizeof t.reason,
                "tensor-core backward (mma.sync %s) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
-               "%d query rows a step, %zu B local%s",
+               "%d query rows a step%s, %zu B local%s",
                f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br,
-               t.local_bytes,
+               t.kv_resident ? ", K and V in local memory" : "", t.local_bytes,
                took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
       snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,

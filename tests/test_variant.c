@@ -534,7 +534,8 @@ static void planner_cases(void) {
    per-block maximum (fcl_nvidia_block_local). head_dim 128's default takes FlashAttention-2's tile (128 rows,
    64-key tiles, Q in local memory: 70 KiB) where two such work-groups fit a multiprocessor (compute capability
    9.0 and 8.0), and keeps 32-key tiles within 48 KiB elsewhere (8.6: one a multiprocessor; a capability out of
-   the table; FLASHCL_LOCAL_MEM_LIMIT's 48 KiB). Causal rows of at most 2048 keep their 64-row blocks. */
+   the table; FLASHCL_LOCAL_MEM_LIMIT's 48 KiB). Causal rows of at most 2048 keep their 64-row blocks. The
+   backward's larger tiles likewise. */
 static void large_local_cases(void) {
   static const struct {
     int major, minor;
@@ -567,15 +568,30 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f16 head_dim 128, %d rows%s, a mask: %d-key tiles within 48 KiB",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", c[i].nq, c[i].causal ? " causal" : "",
           rm == 0 ? t.bc : 0);
-    /* The f32 backward at head_dim 128 keeps 16-row steps and 16-key tiles (v37's 32 wait for the GPU's tests). */
+    /* The f32 backward at head_dim 128: 32-row steps and 32-key tiles where both kernels fit two a unit. */
     const fcl_problem pb = test_problem(128, FCL_DTYPE_F32, c[i].nq, 0);
     fcl_tile_plan tb[2];
     const int rb = fcl_plan_nvidia_backward(&nv, &no_overrides, &pb, 0, NULL, tb);
-    const int rows = 16;
+    const int rows = !c[i].limited && c[i].block_local >= (163 << 10) ? 32 : 16;
     check(rb == 0 && tb[FCL_BWD_DKDV].br == rows && tb[FCL_BWD_DQ].bc == rows,
           "planner: compute capability %d.%d%s, f32 backward head_dim 128: %d-row steps, %d-key tiles (want %d)",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", rb == 0 ? tb[FCL_BWD_DKDV].br : 0,
           rb == 0 ? tb[FCL_BWD_DQ].bc : 0, rows);
+    /* f16 and bf16 at head_dim 128: K and V resident with 64-row steps and 64-key dQ tiles (103 and 68 KiB) where
+       both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row steps and 32-key tiles within 48 KiB. */
+    const int resident = !c[i].limited && c[i].block_local >= (227 << 10);
+    for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
+      const fcl_problem ph = test_problem(128, (fcl_dtype)dt, c[i].nq, 0);
+      const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
+      const int want = resident ? 64 : 32;
+      check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == resident && tb[FCL_BWD_DKDV].br == want &&
+                tb[FCL_BWD_DQ].bc == want && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
+                (resident || tb[FCL_BWD_DQ].local_bytes <= (48 << 10)),
+            "planner: compute capability %d.%d%s, %s backward head_dim 128: %d-row steps%s, %d-key tiles (want %d%s)",
+            c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
+            rh == 0 ? tb[FCL_BWD_DKDV].br : 0, rh == 0 && tb[FCL_BWD_DKDV].kv_resident ? " K and V resident" : "",
+            rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, resident ? ", K and V resident" : "");
+    }
   }
 }
 
@@ -676,8 +692,8 @@ static void backward_planner_cases(void) {
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=3,16,2,32: dK/dV %d warps, %d rows a step; dQ %d warps, "
         "%d-key tiles: %s",
         t[0].tr, t[0].br, t[1].tr, t[1].bc, t[0].reason);
-  int big[4];
-  check(fcl_parse_backward_shape("8,128,8,128", big) == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
+  int big[5];
+  check(fcl_parse_backward_shape("8,128,8,128", big) == 0 && big[4] == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
   memcpy(ov.backward_shape, big, sizeof big);
   r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
   /* The default shapes at head_dim 128: dK/dV 4 warps, 32 rows a step (K over the second step buffer, V over
@@ -687,13 +703,35 @@ static void backward_planner_cases(void) {
             !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE") && !strstr(t[1].reason, "FLASHCL_BACKWARD_SHAPE"),
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",
         t[0].reason);
-  static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,1", "3,144,2,32",
-                                    "x", "", "3,16,2,32,"};
+  static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,2", "3,144,2,32",
+                                    "x", "", "3,16,2,32,", "3,16,2,32,1,1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-    int shape[4] = {7, 7, 7, 7};
+    int shape[5] = {7, 7, 7, 7, 7};
     check(fcl_parse_backward_shape(bad[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_BACKWARD_SHAPE=\"%s\" refused, shape untouched", bad[i]);
   }
+
+  /* kv_resident (the fifth value): the dK/dV kernel keeps K and V after its two step buffers (KV_RESIDENT), in local
+     memory beyond the 48 KiB NVIDIA's OpenCL reports, so only where the device's kernel arrays may take it; f32 reads
+     K and V from global memory and ignores it. */
+  check(fcl_parse_backward_shape("4,64,4,32,1", ov.backward_shape) == 0 && ov.backward_shape[4] == 1,
+        "FLASHCL_BACKWARD_SHAPE=4,64,4,32,1 parsed");
+  fcl_device_caps h100 = nv;
+  h100.nv_static_local = fcl_nvidia_block_local(9, 0);
+  r = fcl_plan_nvidia_backward(&h100, &ov, &p, 0, NULL, t);
+  char defs[512] = "";
+  if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&p, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
+  check(r == 0 && t[0].kv_resident && t[0].br == 64 && t[0].local_bytes == (4 * 64 + 2 * 64) * 136 * 2 + 4 * 64 * 4 &&
+            strstr(defs, "-DKV_RESIDENT=1") && strstr(t[0].reason, "K and V in local memory") && !t[1].kv_resident,
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=4,64,4,32,1 on compute capability 9.0: K and V "
+        "resident, %zu B local: %s", t[0].local_bytes, t[0].reason);
+  r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
+  check(r == 0 && !t[0].kv_resident && t[0].br == 32 && !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE"),
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=4,64,4,32,1 within 48 KiB: the default shapes");
+  const fcl_problem p32 = problem(128, FCL_DTYPE_F32, 0);
+  r = fcl_plan_nvidia_backward(&h100, &ov, &p32, 0, NULL, t);
+  check(r == 0 && !t[0].kv_resident, "backward planner, f32 head_dim 128, FLASHCL_BACKWARD_SHAPE=4,64,4,32,1: K and V "
+        "read from global memory as ever");
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */

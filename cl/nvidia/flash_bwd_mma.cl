@@ -6,7 +6,8 @@
  *
  *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
  *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once into
- *                                   registers; the query rows of every query head of the kv head's group
+ *                                   registers (or, KV_RESIDENT, at each step from K and V tiles kept in local
+ *                                   memory, as FlashAttention-2 does); the query rows of every query head of the kv head's group
  *                                   stream through two local buffers of BN rows of Q and dO (cp.async: step
  *                                   s + 1 loads during step s), the second over the K and V tiles' space.
  *                                   Each warp computes S^T = K Q^T and dP^T = V dO^T with its keys as the mma
@@ -155,6 +156,27 @@ inline void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
       MMA(acc[2 * np + 1], a[kk], b2, b3);
     }
 }
+
+#if KV_RESIDENT
+/* The same with the A fragments read from the local tile at a_addr at each k step (ldmatrix, A_LANE offsets):
+   the dK/dV kernel with KV_RESIDENT. */
+inline void fcl_mma_abt_l(float acc[NT][4], uint a_addr, uint b_addr) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    uint a[4];
+    LDSM_X4(a[0], a[1], a[2], a[3], a_addr + (uint)(kk * 32));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint b0, b1, b2, b3;
+      LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
+      MMA(acc[2 * np], a, b0, b1);
+      MMA(acc[2 * np + 1], a, b2, b3);
+    }
+  }
+}
+#endif
 
 /* The A fragments of the warp's 16 rows over DP, from the local tile at a_addr (ldmatrix, A_LANE offsets). */
 inline void fcl_load_a(uint a[KT][4], uint a_addr) {
@@ -309,10 +331,23 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
    warp has read its V fragments: one load latency more a work-group, for twice the keys a step's rows are
    copied for within 48 KiB.
    f32 (DTYPE 0) reads its K and V fragments from global memory at each step (fcl_arows) and writes dK and dV
-   from the registers, so its local memory is the two step buffers alone. */
+   from the registers, so its local memory is the two step buffers alone.
+   KV_RESIDENT 1 (f16, bf16; local memory beyond the 48 KiB NVIDIA's OpenCL reports, caps->nv_static_local): K and
+   V [BM][DS] stay in local memory after the two step buffers for the whole kernel, and each step reads the warp's
+   fragments with ldmatrix at each k step, as FlashAttention-2 does: 64 registers a lane free at head_dim 128 for
+   longer steps, for 8 KiB more of ldmatrix a warp a step. */
+#ifndef KV_RESIDENT
+#define KV_RESIDENT 0
+#endif
+#if KV_RESIDENT && DTYPE == 0
+#error "flash_bwd_mma: KV_RESIDENT takes f16 or bf16"
+#endif
 #define KV_LOCAL (DTYPE != 0)
-#define KV_OVER_BOTH (KV_LOCAL && BM > BN && BM <= 2 * BN)
-#define SMEM (!KV_LOCAL || KV_OVER_BOTH ? 4 * BN * DS : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
+#define KV_OVER_BOTH (KV_LOCAL && !KV_RESIDENT && BM > BN && BM <= 2 * BN)
+#define SMEM                                                                                       \
+  (KV_RESIDENT                   ? (4 * BN + 2 * BM) * DS                                          \
+   : !KV_LOCAL || KV_OVER_BOTH ? 4 * BN * DS                                                       \
+                               : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -329,7 +364,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   __local elem_t *Qs = (__local elem_t *)smem; /* buffer b's Q at Qs + b STEP_ELEMS */
   __local elem_t *dOs = Qs + BN * DS;          /* buffer b's dO at dOs + b STEP_ELEMS */
 #if KV_LOCAL
-  __local elem_t *Ks = Qs + STEP_ELEMS;        /* over the second buffer (and beyond it when BM > BN) */
+  /* over the second buffer (and beyond it when BM > BN), or after both (KV_RESIDENT) */
+  __local elem_t *Ks = Qs + (1 + KV_RESIDENT) * STEP_ELEMS;
   __local elem_t *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
 #endif
 
@@ -402,6 +438,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const fcl_arows vf = {v + vbase + (long)kr0 * v_sn + t, v + vbase + (long)kr1 * v_sn + t};
 #else
   const tile_ref k_a = TILE_REF(Ks + wrow * DS + A_LANE(lane)), v_a = TILE_REF(Vs + wrow * DS + A_LANE(lane));
+#if KV_RESIDENT
+  /* The products read the warp's K and V fragments from the tiles at each step (fcl_mma_abt_l); the first step's
+     wait and barrier cover the tiles' copies. */
+#else
   /* The warp's K and V fragments, read once: the steps' products read only Q and dO from local memory, and the
      K, V tiles' space is free for step 1's buffer once every warp has passed the first step's barrier. */
   uint kf[KT][4], vf[KT][4];
@@ -413,6 +453,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its V fragments out of the first buffer */
   if (nsteps > 0) STEP_LOAD(0);
 #endif
+#endif /* KV_RESIDENT */
 #endif
 
   for (int st = 0; st < nsteps; ++st) {
@@ -427,8 +468,13 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
     /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
     float dp[NT][4], s[NT][4];
+#if KV_RESIDENT
+    fcl_mma_abt_l(dp, v_a, TILE_AT(o_n, boff));
+    fcl_mma_abt_l(s, k_a, TILE_AT(q_n, boff));
+#else
     fcl_mma_abt(dp, vf, TILE_AT(o_n, boff));
     fcl_mma_abt(s, kf, TILE_AT(q_n, boff));
+#endif
 
     /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
        through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
