@@ -374,7 +374,7 @@ static const nvidia_backward_default backward_defaults[] = {
 static const nvidia_backward_default backward_defaults_f32[] = {
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
     {64, {4, 32, 0}, {4, 32, 0}, 0},
-    /* 32-row steps and 32-key tiles (68 and 67 KiB): each K or V fragment a warp reads and splits serves twice
+    /* 32-row steps and 32-key tiles (66.5 and 66 KiB): each K or V fragment a warp reads and splits serves twice
        the products of 16: on an H100 20% faster than the next row (docs/notes-nvidia.md v37). */
     {128, {4, 32, 0}, {4, 32, 0}, 1},
     /* 16-row steps and 16-key tiles (33 KiB each). */
