@@ -6,8 +6,8 @@
  * the last error); and the failed build's log does not linger as the thread's last error.
  * And a driver that keeps kernels to the local memory it reports: the tensor-core forward's sources build only
  * where its tile fits 48 KiB, on a device whose kernels' own arrays are taken to reach 227 KiB
- * (caps->nv_static_local). head_dim 128's larger tile fails to build, and the forward plans within 48 KiB instead,
- * still on the tensor-core variant, from then on. */
+ * (caps->nv_static_local). head_dim 128's larger tiles fail to build, and the forward and the backward plan within
+ * 48 KiB instead, still on the tensor-core variants, from then on. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +37,28 @@ static const char *const local_limited_forward =
     "#endif\n"
     "__kernel __attribute__((reqd_work_group_size(NW * 32, 1, 1))) void flash_fwd_mma(__global int *unused) {}\n";
 
+/* The tensor-core backward's two kernels likewise, counting their local memory as flash_bwd_mma.cl does (dK/dV:
+   step buffers, K and V where they sit, lse and Dvec; dQ: the K and V tiles or the dQ tile). */
+static const char *const local_limited_backward =
+    "#ifndef KV_RESIDENT\n#define KV_RESIDENT 0\n#endif\n"
+    "#define BM (NW * 16)\n"
+    "#define EB (DTYPE == 0 ? 4 : 2)\n"
+    "#if MMA_KIND == 1\n"
+    "#define ROWS (KV_RESIDENT ? 4 * BN + 2 * BM : DTYPE == 0 || (BM > BN && BM <= 2 * BN) ? 4 * BN : "
+    "2 * BN + (BM > BN ? 2 * BM : 2 * BN))\n"
+    "#define LOCAL_BYTES (ROWS * DS * EB + 4 * BN * 4)\n"
+    "#else\n"
+    "#define LOCAL_BYTES ((4 * BN > BM ? 4 * BN : BM) * DS * EB)\n"
+    "#endif\n"
+    "#if LOCAL_BYTES > 49152 - 16\n"
+    "#error \"local memory beyond the 48 KiB the device reports\"\n"
+    "#endif\n"
+    "__kernel __attribute__((reqd_work_group_size(NW * 32, 1, 1))) void flash_bwd_dkdv_mma(__global int *unused) {}\n"
+    "__kernel __attribute__((reqd_work_group_size(NW * 32, 1, 1))) void flash_bwd_dq_mma(__global int *unused) {}\n";
+
 /* Every embedded source into dir (and dir/nvidia), the tensor-core kernels replaced by text that does not
-   compile (local_limited: the forward's by local_limited_forward, ptx.cl by an empty file, common.cl without
-   inline PTX). Returns 0 on success. */
+   compile (local_limited: by local_limited_forward and local_limited_backward, ptx.cl by an empty file,
+   common.cl without inline PTX). Returns 0 on success. */
 static int write_sources(const char *dir, int local_limited) {
   char path[512];
   snprintf(path, sizeof path, "%s/nvidia", dir);
@@ -47,10 +66,11 @@ static int write_sources(const char *dir, int local_limited) {
   for (int i = 0; i < fcl_embedded_source_count; ++i) {
     const char *name = fcl_embedded_sources[i].name;
     const int fwd = strcmp(name, "nvidia/flash_fwd_mma.cl") == 0, ptx = strcmp(name, "nvidia/ptx.cl") == 0;
-    const int broken = fwd || strcmp(name, "nvidia/flash_bwd_mma.cl") == 0;
+    const int bwd = strcmp(name, "nvidia/flash_bwd_mma.cl") == 0;
     const char *text = local_limited && fwd ? local_limited_forward
+                       : local_limited && bwd ? local_limited_backward
                        : local_limited && ptx ? "\n"
-                       : broken               ? "this is not OpenCL C;\n"
+                       : fwd || bwd           ? "this is not OpenCL C;\n"
                                               : fcl_embedded_sources[i].text;
     const int no_ptx = local_limited && strcmp(name, "common.cl") == 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -133,12 +153,13 @@ static size_t kernel_admits(test_env *env) {
 }
 
 /* The driver that keeps kernels to the local memory it reports (above): B=4, H=16, N=4096, f16 (512 blocks of 128
-   rows: not a small grid), head_dim 128, whose default tile (68 KiB) does not build there. */
+   rows: not a small grid), head_dim 128, whose default tiles do not build there: the forward's 68 KiB, the
+   backward's dK/dV kernel's 103 KiB (K and V resident). Each operation in a context of its own. */
 static void local_limited_case(test_env *env) {
   const size_t admits = kernel_admits(env);
   if (admits < 128) {
     skip("a driver that keeps kernels to the local memory it reports: this device's kernels admit %zu work-items, "
-         "fewer than the tensor-core forward's 128", admits);
+         "fewer than the tensor-core kernels' 128", admits);
     return;
   }
   char dir[] = "/tmp/flashcl-local-XXXXXX";
@@ -147,11 +168,13 @@ static void local_limited_case(test_env *env) {
     return;
   }
   setenv("FLASHCL_KERNEL_DIR", dir, 1);
-  fcl_context *ctx = NULL;
-  fcl_context_options opts = {"", "", 0};
-  fcl_status st = fcl_context_create(env->context, env->device, &opts, &ctx);
-  check(st == FCL_SUCCESS, "a context with the local-limited tensor-core sources: %s", fcl_status_string(st));
-  if (st == FCL_SUCCESS) {
+  for (int op = FCL_OP_FORWARD; op <= FCL_OP_BACKWARD; ++op) {
+    const char *name = op == FCL_OP_FORWARD ? "forward" : "backward";
+    fcl_context *ctx = NULL;
+    fcl_context_options opts = {"", "", 0};
+    fcl_status st = fcl_context_create(env->context, env->device, &opts, &ctx);
+    check(st == FCL_SUCCESS, "a context with the local-limited tensor-core sources: %s", fcl_status_string(st));
+    if (st != FCL_SUCCESS) continue;
     ctx->caps.vendor = FCL_VENDOR_NVIDIA;
     ctx->caps.nv_cc_major = 9, ctx->caps.nv_cc_minor = 0;
     ctx->caps.local_mem_size = 48 << 10;
@@ -163,20 +186,22 @@ static void local_limited_case(test_env *env) {
     desc.dtype = FCL_DTYPE_F16;
     fcl_plan_info info;
     fcl_clear_error();
-    st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, &info);
-    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && info.block_k == 32 &&
+    st = fcl_describe_plan(ctx, (fcl_operation)op, &desc, &info);
+    /* The forward's plan within 48 KiB has 32-key tiles; the backward's dK/dV kernel 32-row steps (its reason). */
+    const int within = op == FCL_OP_FORWARD ? info.block_k == 32 : strstr(info.reason, "32 query rows a step") != NULL;
+    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && within &&
               info.local_mem_bytes + 16 <= (48 << 10) && ctx->caps.nv_static_local == 0 && fcl_last_error()[0] == '\0',
-          "head_dim 128 whose 64-key tile does not build within the reported 48 KiB: the tensor-core forward within "
-          "it (%s %s, %d-key tiles, %zu B local; last error \"%.80s\"; %.150s)",
-          fcl_status_string(st), info.kernel, info.block_k, info.local_mem_bytes, fcl_last_error(), info.reason);
+          "%s at head_dim 128 whose default tiles do not build within the reported 48 KiB: the tensor-core kernels "
+          "within it (%s %s, %zu B local; last error \"%.80s\"; %.150s)",
+          name, fcl_status_string(st), info.kernel, info.local_mem_bytes, fcl_last_error(), info.reason);
     const uint64_t builds = source_builds(ctx);
-    st = fcl_describe_plan(ctx, FCL_OP_FORWARD, &desc, &info);
-    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && info.block_k == 32 &&
+    st = fcl_describe_plan(ctx, (fcl_operation)op, &desc, &info);
+    check(st == FCL_SUCCESS && strcmp(info.kernel, "nvidia_mma") == 0 && info.local_mem_bytes + 16 <= (48 << 10) &&
               source_builds(ctx) == builds,
-          "the next call plans within 48 KiB at once and builds nothing (%s %s, %d-key tiles)", fcl_status_string(st),
-          info.kernel, info.block_k);
+          "%s: the next call plans within 48 KiB at once and builds nothing (%s %s, %zu B local)", name,
+          fcl_status_string(st), info.kernel, info.local_mem_bytes);
+    fcl_context_release(ctx);
   }
-  fcl_context_release(ctx);
   unsetenv("FLASHCL_KERNEL_DIR");
   remove_sources(dir);
 }
