@@ -350,9 +350,9 @@ typedef struct nvidia_backward_shape {
    OpenCL reports it, 16 bytes of it kept by the compiler; more for a kernel's own arrays, caps->nv_static_local):
    dK/dV keeps dK and dV accumulators (DP / 2 registers a lane for 16 keys); dQ keeps Q and dO fragments and dQ
    in registers and streams K, V through two buffers. f32 reads the fragments from global memory at each use
-   (4-byte elements: half the rows a buffer). The first row that applies is taken (a `two_a_unit` row only where both kernels' work-groups fit the device two a
-   multiprocessor, each beyond the 48 KiB NVIDIA's OpenCL reports: compute capability 8.0, 8.7, 9.0 and 10.x);
-   the planner has declined head_dims above 128. */
+   (4-byte elements: half the rows a buffer). The first row that applies is taken: a `two_a_unit` row only where
+   both kernels' work-groups, beyond the 48 KiB NVIDIA's OpenCL reports, fit the device two a multiprocessor (by
+   compute capability, fcl_nvidia_groups_per_unit). The planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;

@@ -7,9 +7,10 @@
  *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
  *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once into
  *                                   registers (or, KV_RESIDENT, at each step from K and V tiles kept in local
- *                                   memory, as FlashAttention-2 does); the query rows of every query head of the kv head's group
- *                                   stream through two local buffers of BN rows of Q and dO (cp.async: step
- *                                   s + 1 loads during step s), the second over the K and V tiles' space.
+ *                                   memory, as FlashAttention-2 does); the query rows of every query head of
+ *                                   the kv head's group stream through two local buffers of BN rows of Q and
+ *                                   dO (cp.async: step s + 1 loads during step s), the second over the K and V
+ *                                   tiles' space (KV_RESIDENT: K and V after both).
  *                                   Each warp computes S^T = K Q^T and dP^T = V dO^T with its keys as the mma
  *                                   rows, so P^T and dS^T come out in the accumulator layout with keys as rows:
  *                                   packed to f16/bf16 they are already the A operand of dV += P^T dO and
