@@ -65,6 +65,11 @@ static int fits(const fcl_device_caps *caps, size_t local_bytes, int wg) {
   return local_bytes + 16 <= limit && (size_t)wg <= caps->max_work_group_size;
 }
 
+/* It fits, and (two_a_unit) two such work-groups fit a multiprocessor: the default rows beyond the reported 48 KiB. */
+static int fits_rule(const fcl_device_caps *caps, size_t local_bytes, int wg, int two_a_unit) {
+  return fits(caps, local_bytes, wg) && (!two_a_unit || fcl_nvidia_groups_per_unit(caps, local_bytes) >= 2);
+}
+
 /* ---- The tensor-core forward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
 
 /* warps of 16-row mma tiles, tiles a warp (rm), key-tile rows (bc), Q tile in local memory (else registers),
@@ -179,8 +184,7 @@ static const nvidia_forward_shape *forward_default(const fcl_device_caps *caps, 
     memset(&t, 0, sizeof t);
     tile_rows(p, &t);
     take_shape(caps, p, &r->shape, 0, &t);
-    if (fits(caps, t.local_bytes, t.wg) && (!r->two_a_unit || fcl_nvidia_groups_per_unit(caps, t.local_bytes) >= 2))
-      return &r->shape;
+    if (fits_rule(caps, t.local_bytes, t.wg, r->two_a_unit)) return &r->shape;
   }
   return &forward_defaults[n - 1].shape;
 }
@@ -419,7 +423,7 @@ static const nvidia_backward_default *backward_default(const fcl_device_caps *ca
     for (int which = 0; which < 2 && take && table[i].two_a_unit; ++which) {
       fcl_tile_plan t;
       take_backward_shape(p, which == FCL_BWD_DKDV ? &table[i].dkdv : &table[i].dq, which, &t);
-      take = fits(caps, t.local_bytes, t.wg) && fcl_nvidia_groups_per_unit(caps, t.local_bytes) >= 2;
+      take = fits_rule(caps, t.local_bytes, t.wg, 1);
     }
     if (take) return &table[i];
   }
