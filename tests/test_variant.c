@@ -568,6 +568,29 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f16 head_dim 128, %d rows%s, a mask: %d-key tiles within 48 KiB",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", c[i].nq, c[i].causal ? " causal" : "",
           rm == 0 ? t.bc : 0);
+    /* f16 and bf16 at head_dim 64 from 4096 query rows: FlashAttention-2's tile (128 rows, 128-key tiles, Q in
+       local memory, 54 KiB) where two fit a unit (8.0 and 9.0 here), else the 48 KiB rows; not with a mask. */
+    const int fa2_tile = !c[i].limited && c[i].block_local >= (163 << 10) && c[i].nq >= 4096;
+    for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
+      for (int masked = 0; masked < 2; ++masked) {
+        fcl_problem p64 = test_problem(64, (fcl_dtype)dt, c[i].nq, 0);
+        p64.causal = c[i].causal;
+        if (masked) {
+          p64.mask = (cl_mem)&p64;
+          p64.mask_dtype = FCL_DTYPE_F16;
+        }
+        const int r64 = fcl_plan_nvidia_forward(&nv, &no_overrides, &p64, 0, NULL, &t);
+        const int want = fa2_tile && !masked;
+        const int got = r64 == 0 && t.qsmem && t.br == 128 && t.bc == 128;
+        check(r64 == 0 && got == want && (t.local_bytes > (48 << 10)) == want,
+              "planner: compute capability %d.%d%s, %s head_dim 64, %d rows%s%s: %d rows x %d keys, Q in %s, %zu B "
+              "local (want %s)",
+              c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt), c[i].nq,
+              c[i].causal ? " causal" : "", masked ? ", a mask" : "", r64 == 0 ? t.br : 0, r64 == 0 ? t.bc : 0,
+              r64 == 0 && t.qsmem ? "local memory" : "registers", r64 == 0 ? t.local_bytes : 0,
+              want ? "FlashAttention-2's tile" : "a tile within 48 KiB");
+      }
+    }
     /* The f32 backward at head_dim 128: 32-row steps and 32-key tiles where both kernels fit two a unit. */
     const fcl_problem pb = test_problem(128, FCL_DTYPE_F32, c[i].nq, 0);
     fcl_tile_plan tb[2];

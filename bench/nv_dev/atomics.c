@@ -5,7 +5,7 @@
  * 64-bit integer (a fixed-point dQ whose sum does not depend on the order of the adds: the deterministic form
  * of the scheme, docs/notes-nvidia.md v38); OpenCL events, median of 5 after one warm-up, and a check that every
  * add landed. Not part of the library.
- * Build (GPU machine, repository root):  gcc -O2 bench/nv_dev/atomics.c -lOpenCL -o atomics
+ * Build (GPU machine, repository root):  gcc -O2 -Iinclude bench/nv_dev/atomics.c -lOpenCL -o atomics
  * Run:  ./atomics [N [heads]]   (defaults 4096 and 64, B=4 x H=16) */
 #include <math.h>
 #include <stdio.h>
