@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
   cl_mem dq = clCreateBuffer(ctx, CL_MEM_READ_WRITE, elems * sizeof(cl_ulong), NULL, &err);
   cl_ulong *host = malloc(elems * sizeof(cl_ulong));
   if (err != CL_SUCCESS || !host) {
-    fprintf(stderr, "buffer of %zu floats: %d\n", elems, err);
+    fprintf(stderr, "buffer of %zu elements: %d\n", elems, err);
     return 1;
   }
   /* keys a work-group, query rows a step, work-items: flashcl's dK/dV warp (16 keys, 16 rows), its

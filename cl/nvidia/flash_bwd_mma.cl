@@ -140,22 +140,26 @@ typedef uint tile_ref;
 /* Two accumulator values rounded to the storage type at p (4-byte aligned). */
 #define STORE_PAIR(p, lo, hi) (*(__local uint *)(p) = fcl_pack2((lo), (hi)))
 
-/* acc = A (m16: fragments a of the warp's 16 rows over DP, in registers) times the BN streamed rows at b_addr,
-   transposed, over DP: S^T = K Q^T and dP^T = V dO^T, whose B rows are the n dimension. Addresses are
+/* acc += A (m16: the fragment a of the warp's 16 rows at k step kk) times the BN streamed rows at b_addr,
+   transposed: one k step of S^T = K Q^T and dP^T = V dO^T, whose B rows are the n dimension. Addresses are
    shared-window bytes. (Inline functions rather than macros, so that `#pragma unroll` stands on its own line
    as in flash_fwd_mma.cl; once inlined, the arrays are registers.) */
+inline void fcl_mma_abt_step(float acc[NT][4], uint a[4], uint b_addr, int kk) {
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint b0, b1, b2, b3;
+    LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
+    MMA(acc[2 * np], a, b0, b1);
+    MMA(acc[2 * np + 1], a, b2, b3);
+  }
+}
+
+/* acc = A times the streamed rows over DP, the fragments a[KT] of A in registers. */
 inline void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 #pragma unroll
-  for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint b0, b1, b2, b3;
-      LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
-      MMA(acc[2 * np], a[kk], b0, b1);
-      MMA(acc[2 * np + 1], a[kk], b2, b3);
-    }
+  for (int kk = 0; kk < KT; ++kk) fcl_mma_abt_step(acc, a[kk], b_addr, kk);
 }
 
 #if KV_RESIDENT
@@ -168,13 +172,7 @@ inline void fcl_mma_abt_l(float acc[NT][4], uint a_addr, uint b_addr) {
   for (int kk = 0; kk < KT; ++kk) {
     uint a[4];
     LDSM_X4(a[0], a[1], a[2], a[3], a_addr + (uint)(kk * 32));
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint b0, b1, b2, b3;
-      LDSM_X4(b0, b1, b2, b3, b_addr + (uint)((np * 16 * DS + kk * 16) * 2));
-      MMA(acc[2 * np], a, b0, b1);
-      MMA(acc[2 * np + 1], a, b2, b3);
-    }
+    fcl_mma_abt_step(acc, a, b_addr, kk);
   }
 }
 #endif
