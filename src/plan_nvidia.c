@@ -94,11 +94,14 @@ typedef struct forward_default_row {
   nvidia_forward_shape shape;
 } forward_default_row;
 static const forward_default_row forward_defaults[] = {
+    /* Causal up to 1024 query rows: the causal row below (4 warps x 1 tile, 128-key tiles, Q in registers),
+       ahead of FlashAttention-2's tile, which ran 6-8% slower there on an H100 (docs/notes-nvidia.md v40). */
+    {.max_head_dim = 64, .causal_max_rows = 1024, .min_rows = 128, .max_keys = 4096, .shape = {4, 1, 128, 0, 2, 0}},
     /* FlashAttention-2's tile at head_dim 64: 4 warps x 2 tiles (128 rows), 128-key tiles, Q in local memory
        (18 KiB + K,V 36 KiB): on an H100 3-4% faster than the rows below not causal and 6-7% faster causal, f16
-       and bf16, at N = 4096 and 16384 (docs/notes-nvidia.md v39). Shorter rows, the scores' modifiers and paged
-       keys were not measured with it and keep the rows below. */
-    {.max_head_dim = 64, .min_rows = 4096, .plain = 1, .no_mask = 1, .two_a_unit = 1, .shape = {4, 2, 128, 1, 2, 0}},
+       and bf16, at N = 4096 and 16384 (docs/notes-nvidia.md v39), 2.5-4% at 2048 (causal 2%) and not causal at
+       1024 (v40). The scores' modifiers and paged keys were not measured with it and keep the rows below. */
+    {.max_head_dim = 64, .min_rows = 1024, .plain = 1, .no_mask = 1, .two_a_unit = 1, .shape = {4, 2, 128, 1, 2, 0}},
     /* 4 warps x 1 tile (64 rows), 128-key tiles, Q in registers: causal, at N = 1024 8-9% faster than 4 x 2 x
        64, at 2048 2%, at 4096 0-1%, at 16384 10% slower (v26). From 128 query rows on, so that the GQA packing
        and decode rules (fcl_plan_nvidia_forward, by the rule's 128 rows) see what they saw before. */
@@ -361,33 +364,39 @@ typedef struct nvidia_backward_shape {
    in registers and streams K, V through two buffers. f32 reads the fragments from global memory at each use
    (4-byte elements: half the rows a buffer). The first row that applies is taken: a `two_a_unit` row only where
    both kernels' work-groups, beyond the 48 KiB NVIDIA's OpenCL reports, fit the device two a multiprocessor (by
-   compute capability, fcl_nvidia_groups_per_unit). The planner has declined head_dims above 128. */
+   compute capability, fcl_nvidia_groups_per_unit), a `no_mask` row only for problems without an additive mask, and
+   a row with `above_head_dim` only above that head_dim. The planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
-  int two_a_unit;
+  int two_a_unit, no_mask, above_head_dim;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
+    /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps,
+       64-key tiles (36 KiB). On an H100 at head_dim 64 3-5% faster than the next row not causal, 0-3% causal,
+       equal with a softcap; 2% slower at head_dim 32 and 62% slower with an f16 mask, which keep the next row
+       (docs/notes-nvidia.md v39, v40). */
+    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32},
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {64, {4, 64, 0}, {4, 64, 0}, 0},
+    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0}},
     /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4
        warps, 64-key tiles (68 KiB). On an H100 8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md
        v38). */
-    {128, {4, 64, 1}, {4, 64, 0}, 1},
+    {.max_head_dim = 128, .dkdv = {4, 64, 1}, .dq = {4, 64, 0}, .two_a_unit = 1},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {128, {4, 32, 0}, {4, 32, 0}, 0},
+    {.max_head_dim = 128, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}},
 };
 static const nvidia_backward_default backward_defaults_f32[] = {
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {64, {4, 32, 0}, {4, 32, 0}, 0},
+    {.max_head_dim = 64, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}},
     /* 32-row steps and 32-key tiles (66.5 and 66 KiB): each K or V fragment a warp reads and splits serves twice
        the products of 16: on an H100 20% faster than the next row (docs/notes-nvidia.md v37). */
-    {128, {4, 32, 0}, {4, 32, 0}, 1},
+    {.max_head_dim = 128, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}, .two_a_unit = 1},
     /* 16-row steps and 16-key tiles (33 KiB each). */
-    {128, {4, 16, 0}, {4, 16, 0}, 0},
+    {.max_head_dim = 128, .dkdv = {4, 16, 0}, .dq = {4, 16, 0}},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
@@ -423,7 +432,7 @@ static const nvidia_backward_default *backward_default(const fcl_device_caps *ca
   const size_t n = f32 ? sizeof backward_defaults_f32 / sizeof backward_defaults_f32[0]
                        : sizeof backward_defaults / sizeof backward_defaults[0];
   for (size_t i = 0; i < n; ++i) {
-    if (p->d > table[i].max_head_dim) continue;
+    if (p->d > table[i].max_head_dim || p->d <= table[i].above_head_dim || (table[i].no_mask && p->mask)) continue;
     int take = 1;
     for (int which = 0; which < 2 && take && table[i].two_a_unit; ++which) {
       fcl_tile_plan t;
@@ -469,7 +478,8 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   const nvidia_backward_default *first = backward_default(caps, p);
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
-  const nvidia_backward_default forced = {(int)p->d, {bs[0], bs[1], bs[4]}, {bs[2], bs[3], 0}, 0};
+  const nvidia_backward_default forced = {
+      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4]}, .dq = {bs[2], bs[3], 0}};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;

@@ -568,13 +568,16 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f16 head_dim 128, %d rows%s, a mask: %d-key tiles within 48 KiB",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", c[i].nq, c[i].causal ? " causal" : "",
           rm == 0 ? t.bc : 0);
-    /* f16 and bf16 at head_dim 64 from 4096 query rows: FlashAttention-2's tile (128 rows, 128-key tiles, Q in
-       local memory, 54 KiB) where two fit a unit (8.0 and 9.0 here), else the 48 KiB rows; not with a mask. */
-    const int fa2_tile = !c[i].limited && c[i].block_local >= (163 << 10) && c[i].nq >= 4096;
+    /* f16 and bf16 at head_dim 64 from 1024 query rows: FlashAttention-2's tile (128 rows, 128-key tiles, Q in
+       local memory, 54 KiB) where two fit a unit (8.0 and 9.0 here), else the 48 KiB rows; not with a mask. The
+       8 heads of test_problem at 2048 rows fit one wave of 64-row blocks, which the small-grid rule takes, so
+       at 2048 rows this check runs 4 x 16 heads (the benchmarks' grid). */
+    const int fa2_tile = !c[i].limited && c[i].block_local >= (163 << 10) && c[i].nq >= 1024;
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
       for (int masked = 0; masked < 2; ++masked) {
         fcl_problem p64 = test_problem(64, (fcl_dtype)dt, c[i].nq, 0);
         p64.causal = c[i].causal;
+        if (c[i].nq < 4096) p64.batch = 4, p64.heads = p64.kv_heads = 16, p64.group = 1;
         if (masked) {
           p64.mask = (cl_mem)&p64;
           p64.mask_dtype = FCL_DTYPE_F16;
@@ -591,6 +594,19 @@ static void large_local_cases(void) {
               want ? "FlashAttention-2's tile" : "a tile within 48 KiB");
       }
     }
+    /* At 1024 query rows (4 x 16 heads) FlashAttention-2's tile not causal; causal, 64-row blocks of 128 keys. */
+    for (int causal = 0; causal < 2 && c[i].major == 9 && !c[i].limited; ++causal) {
+      fcl_problem p1k = test_problem(64, FCL_DTYPE_F16, 1024, 0);
+      p1k.batch = 4, p1k.heads = p1k.kv_heads = 16, p1k.group = 1;
+      p1k.causal = causal;
+      const int r1k = fcl_plan_nvidia_forward(&nv, &no_overrides, &p1k, 0, NULL, &t);
+      const int want_br = causal ? 64 : 128;
+      check(r1k == 0 && t.br == want_br && t.bc == 128 && t.qsmem == !causal,
+            "planner: compute capability 9.0, f16 head_dim 64, 1024 rows%s: %d rows x %d keys, Q in %s (want %d rows "
+            "x 128 keys)",
+            causal ? " causal" : "", r1k == 0 ? t.br : 0, r1k == 0 ? t.bc : 0,
+            r1k == 0 && t.qsmem ? "local memory" : "registers", want_br);
+    }
     /* The f32 backward at head_dim 128: 32-row steps and 32-key tiles where both kernels fit two a unit. */
     const fcl_problem pb = test_problem(128, FCL_DTYPE_F32, c[i].nq, 0);
     fcl_tile_plan tb[2];
@@ -600,6 +616,27 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f32 backward head_dim 128: %d-row steps, %d-key tiles (want %d)",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", rb == 0 ? tb[FCL_BWD_DKDV].br : 0,
           rb == 0 ? tb[FCL_BWD_DQ].bc : 0, rows);
+    /* f16 and bf16 at head_dim 64: K and V resident with 128-row steps (92 KiB) where both kernels fit two a unit
+       (9.0 here), else 64-row steps within 48 KiB; 64-row steps at head_dim 32 and with a mask everywhere. */
+    for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
+      for (int variant = 0; variant < 3; ++variant) {
+        fcl_problem ph = test_problem(variant == 1 ? 32 : 64, (fcl_dtype)dt, c[i].nq, 0);
+        if (variant == 2) {
+          ph.mask = (cl_mem)&ph;
+          ph.mask_dtype = FCL_DTYPE_F16;
+        }
+        const int r64 = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
+        const int resident64 = variant == 0 && !c[i].limited && c[i].block_local >= (227 << 10);
+        check(r64 == 0 && tb[FCL_BWD_DKDV].kv_resident == resident64 &&
+                  tb[FCL_BWD_DKDV].br == (resident64 ? 128 : 64) && tb[FCL_BWD_DQ].bc == 64 &&
+                  (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident64,
+              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps%s (want %d%s)",
+              c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
+              (int)ph.d, variant == 2 ? ", a mask" : "", r64 == 0 ? tb[FCL_BWD_DKDV].br : 0,
+              r64 == 0 && tb[FCL_BWD_DKDV].kv_resident ? ", K and V resident" : "", resident64 ? 128 : 64,
+              resident64 ? ", K and V resident" : "");
+      }
+    }
     /* f16 and bf16 at head_dim 128: K and V resident with 64-row steps and 64-key dQ tiles (103 and 68 KiB) where
        both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row steps and 32-key tiles within 48 KiB. */
     const int resident = !c[i].limited && c[i].block_local >= (227 << 10);
