@@ -4,20 +4,23 @@
 # libdevice linked, PTX for sm_80 (the newest target clang 15 knows), exp2f/log2f mapped onto libdevice) and assembled by ptxas -arch=sm_90 -v, which prints
 # registers and spill bytes. Those figures come from clang's code generator, not NVIDIA's OpenCL compiler: a
 # hint only (bench/nv_dev/nvbuild.c with -cl-nv-verbose on the GPU gives the real ones).
-# usage: bash bench/nv_dev/ptx_check.sh KERNEL_FILE "DEFINES" [OUT_PREFIX]
+# usage: bash bench/nv_dev/ptx_check.sh KERNEL_FILE "DEFINES" [OUT_PREFIX]   (KERNEL_FILE as cl/..., or any path)
 #   e.g. bash bench/nv_dev/ptx_check.sh cl/nvidia/flash_bwd_mma.cl "-DMMA_KIND=1 -DDTYPE=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"
 # PTX that uses Hopper's instructions is declared PTX 8.0 for sm_90 before ptxas reads it.
 # Prints one line: "ok REGS SPILL_STORES SPILL_LOADS SMEM DEFINES" or "FAIL (stage) DEFINES" and the errors.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 file=$1 defs=$2 pre=${3:-/tmp/ptx_check.$$}
+# KERNEL_FILE relative to the repository root (common.cl and ptx.cl are always the repository's) or any path.
+src=$file; [ -f "$src" ] || src=$root/$file
+[ -f "$src" ] || { echo "FAIL (no such file: $file) $defs"; exit 1; }
 libdevice=${LIBDEVICE:-$(ls /usr/local/cuda/nvvm/libdevice/libdevice*.bc 2>/dev/null | head -1)}
 clc=${LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 {
   printf 'float __nv_exp2f(float);\nfloat __nv_log2f(float);\nfloat exp2f(float x) { return __nv_exp2f(x); }\nfloat log2f(float x) { return __nv_log2f(x); }\n'
   printf '#line 1 "common.cl"\n'; cat "$root/cl/common.cl"
   printf '\n#line 1 "nvidia/ptx.cl"\n'; cat "$root/cl/nvidia/ptx.cl"
-  printf '\n#line 1 "%s"\n' "${file#cl/}"; cat "$root/$file"; printf '\n'
+  printf '\n#line 1 "%s"\n' "${file#cl/}"; cat "$src"; printf '\n'
 } >"$pre.cl"
 # shellcheck disable=SC2086
 if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvidiacl -Xclang -target-cpu -Xclang sm_80 -O2 -fgnu89-inline -Xclang -finclude-default-header \
@@ -36,6 +39,7 @@ if ! ptxas -arch=sm_90 -v "$pre.ptx" -o "$pre.o" 2>"$pre.ptxas.log" &&
 fi
 regs=$(grep -oE 'Used [0-9]+ registers' "$pre.ptxas.log" | grep -oE '[0-9]+' | head -1)
 spill=$(grep -oE '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' "$pre.ptxas.log" | head -1 | grep -oE '[0-9]+' | tr '\n' ' ')
+[ -n "$regs" ] || { echo "FAIL (no kernel in ptxas's report) $defs"; exit 1; }
 smem=$(grep -oE '[0-9]+ bytes smem' "$pre.ptxas.log" | grep -oE '[0-9]+' | head -1)
 warn=$(grep -E "warning:" "$pre.clang.log" | grep -vc "Linking two modules")
 echo "ok regs=$regs spill(st ld)=${spill% } smem=${smem:-0} clang_warnings=$warn $defs"

@@ -3,8 +3,8 @@
 # bench/nv_dev/ptx_check.sh (clang 15 -> PTX -> ptxas -arch=sm_90 -v; no GPU needed): f32/f16/bf16 x head_dim
 # 40/64/96/128 x both kernels with the planner's shapes for that head_dim (within 48 KiB, and beyond it where two
 # work-groups fit a multiprocessor: f32 32-row steps and 32-key tiles, f16/bf16 K and V resident with 64-row steps
-# and 64-key tiles) x no modifier / causal / window+softcap+ALiBi+f16 mask+sinks x dense / packed sequences
-# (VARLEN_Q, KV 1, SEQLENS_K).
+# and 64-key tiles, at head_dim 64 and below with 128-row steps) x no modifier / causal / window+softcap+ALiBi+f16
+# mask+sinks x dense / packed sequences (VARLEN_Q, KV 1, SEQLENS_K).
 # usage: [DTYPES="0 1 2"] bash bench/nv_dev/ptx_check_bwd.sh [OUT_DIR]   (one line a build; a FAIL count last; exit 1 on a FAIL)
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +17,7 @@ for dt in ${DTYPES:-0 1 2}; do
       if [ "$d" -le 64 ]; then shapes=("1 4 32" "2 4 32"); else shapes=("1 4 16" "2 4 16" "1 4 32" "2 4 32"); fi
     else
       dp=$(( (d + 15) / 16 * 16 )); ds=$(( dp + 8 ))
-      if [ "$d" -le 64 ]; then shapes=("1 4 64" "2 4 64")
+      if [ "$d" -le 64 ]; then shapes=("1 4 64" "2 4 64" "1 4 128 -DKV_RESIDENT=1")
       else shapes=("1 4 32" "2 4 32" "1 4 64 -DKV_RESIDENT=1" "2 4 64"); fi
     fi
     for sh in "${shapes[@]}"; do
