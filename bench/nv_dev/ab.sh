@@ -68,8 +68,9 @@ for step in "$@"; do
       done <"$rows" ;;
     verbose)
       gcc -O2 -Iinclude bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
-      for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=2 -DBN=32" "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=16" \
-                 "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"; do
+      # The dK/dV kernel's default shapes (src/plan_nvidia.c's backward_defaults, compute capability 9.0).
+      for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=64 -DKV_RESIDENT=1" \
+                 "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=128 -DKV_RESIDENT=1" "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"; do
         for mods in "-DWINDOW=0" "-DWINDOW=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1" \
                     "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
           echo "== $cfg $mods" >>"$out/verbose.log"
@@ -77,7 +78,7 @@ for step in "$@"; do
             cl/nvidia/flash_bwd_mma.cl) 2>&1 | grep -iE "rc=|Used|spill|error" >>"$out/verbose.log"
         done
       done
-      summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' |
+      summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v ' 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads' |
         sed -e 's/-DWINDOW=2 .*/(every modifier)/' -e 's/-DWINDOW=1 .*/(causal, sequences)/')" ;;
     tests)
       for t in ${TESTS:-variant backward backward@4,16,4,32 sequences_backward decode sequences forward}; do

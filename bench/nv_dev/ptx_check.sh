@@ -7,7 +7,7 @@
 # usage: bash bench/nv_dev/ptx_check.sh KERNEL_FILE "DEFINES" [OUT_PREFIX]   (KERNEL_FILE as cl/..., or any path)
 #   e.g. bash bench/nv_dev/ptx_check.sh cl/nvidia/flash_bwd_mma.cl "-DMMA_KIND=1 -DDTYPE=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"
 # PTX that uses Hopper's instructions is declared PTX 8.0 for sm_90 before ptxas reads it.
-# Prints one line: "ok REGS SPILL_STORES SPILL_LOADS SMEM DEFINES" or "FAIL (stage) DEFINES" and the errors.
+# Prints one line: "ok REGS SPILL_STORES SPILL_LOADS STACK SMEM DEFINES" or "FAIL (stage) DEFINES" and the errors.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 file=$1 defs=$2 pre=${3:-/tmp/ptx_check.$$}
@@ -39,7 +39,10 @@ if ! ptxas -arch=sm_90 -v "$pre.ptx" -o "$pre.o" 2>"$pre.ptxas.log" &&
 fi
 regs=$(grep -oE 'Used [0-9]+ registers' "$pre.ptxas.log" | grep -oE '[0-9]+' | head -1)
 spill=$(grep -oE '[0-9]+ bytes spill stores, [0-9]+ bytes spill loads' "$pre.ptxas.log" | head -1 | grep -oE '[0-9]+' | tr '\n' ' ')
+# The kernel's stack frame: arrays clang left in local memory (e.g. passed to a function it did not inline), which
+# spill bytes do not count.
+stack=$(grep -oE '[0-9]+ bytes stack frame' "$pre.ptxas.log" | head -1 | grep -oE '[0-9]+')
 [ -n "$regs" ] || { echo "FAIL (no kernel in ptxas's report) $defs"; exit 1; }
 smem=$(grep -oE '[0-9]+ bytes smem' "$pre.ptxas.log" | grep -oE '[0-9]+' | head -1)
 warn=$(grep -E "warning:" "$pre.clang.log" | grep -vc "Linking two modules")
-echo "ok regs=$regs spill(st ld)=${spill% } smem=${smem:-0} clang_warnings=$warn $defs"
+echo "ok regs=$regs spill(st ld)=${spill% } stack=${stack:-0} smem=${smem:-0} clang_warnings=$warn $defs"
