@@ -5,7 +5,7 @@
 # work-groups fit a multiprocessor: f32 32-row steps and 32-key tiles, f16/bf16 K and V resident with 64-row steps
 # and 64-key tiles, at head_dim 64 and below with 128-row steps) x no modifier / causal / window+softcap+ALiBi+f16
 # mask+sinks x dense / packed sequences (VARLEN_Q, KV 1, SEQLENS_K).
-# usage: [DTYPES="0 1 2"] bash bench/nv_dev/ptx_check_bwd.sh [OUT_DIR]   (one line a build; a FAIL count last; exit 1 on a FAIL)
+# usage: [DTYPES="0 1 2"] [KERNEL=path/flash_bwd_mma.cl] bash bench/nv_dev/ptx_check_bwd.sh [OUT_DIR]   (one line a build; a FAIL count last; exit 1 on a FAIL)
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=${1:-/tmp/ptx_check_bwd}; mkdir -p "$out"
@@ -26,7 +26,7 @@ for dt in ${DTYPES:-0 1 2}; do
         for seqs in "" "-DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
           defs="-DMMA_KIND=$1 -DDTYPE=$dt -DD=$d -DDP=$dp -DDS=$ds -DNW=$2 -DBN=$3 ${4:+$4 }-DFCL_PTX=1 $mods $seqs"
           n=$((n + 1))
-          bash "$dir/ptx_check.sh" cl/nvidia/flash_bwd_mma.cl "$defs" "$out/k$n" || fails=$((fails + 1))
+          bash "$dir/ptx_check.sh" "${KERNEL:-cl/nvidia/flash_bwd_mma.cl}" "$defs" "$out/k$n" || fails=$((fails + 1))
         done
       done
     done
