@@ -1,9 +1,20 @@
 """Applies a unified diff (paths a/... b/..., as `git diff` writes them) to the tree in the current folder,
 for machines without `patch` or `git` (bench/nv_dev/ab.sh falls back on it). Every hunk's context must match
-exactly; on any mismatch nothing is written and the exit status is 1.
+exactly, at its stated line or moved from it (an offset, as after another patch); on any mismatch nothing is
+written and the exit status is 1.
 usage: python3 bench/nv_dev/apply_patch.py PATCH"""
 import re
 import sys
+
+
+def find(old, expect, start, pos):
+    """Where the hunk's old lines stand in old: at its stated line or the nearest line to it (as `patch` allows an
+    offset when an earlier change moved them), never before pos, where the previous hunk ended."""
+    for delta in range(len(old) + 1):
+        for at in (start + delta, start - delta):
+            if pos <= at <= len(old) - len(expect) and old[at:at + len(expect)] == expect:
+                return at
+    return None
 
 
 def main(path):
@@ -24,17 +35,16 @@ def main(path):
         while i < len(lines) and lines[i].startswith("@@"):
             start = int(re.match(r"@@ -(\d+)", lines[i]).group(1))
             start = start - 1 if start > 0 else 0
-            new += old[pos:start]
-            pos, i = start, i + 1
+            body, i = [], i + 1
             while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\\") and not lines[i].startswith("--- "):
-                tag, text = lines[i][:1], lines[i][1:]
-                if tag in " -":
-                    if pos >= len(old) or old[pos] != text:
-                        sys.exit("%s: hunk at line %d does not match" % (name, start + 1))
-                    pos += 1
-                if tag in " +":
-                    new.append(text)
+                body.append((lines[i][:1], lines[i][1:]))
                 i += 1
+            expect = [text for tag, text in body if tag in " -"]
+            at = find(old, expect, start, pos)
+            if at is None:
+                sys.exit("%s: hunk at line %d does not match" % (name, start + 1))
+            new += old[pos:at] + [text for tag, text in body if tag in " +"]
+            pos = at + len(expect)
         out[name] = new + old[pos:]
     for name, text in out.items():
         open(name, "w").write("\n".join(text))
