@@ -36,7 +36,7 @@ echo "== forward table (rc $?), $(el) s"; tail -28 "$out/fwd.txt"
 
 # 2. NVIDIA's registers, stack frames and spills of the backward's default shapes, the tree's kernels.
 if [ "$(left)" -gt 90 ]; then
-  OUT=$out/verbose-tree BUDGET=$(($(left) - 30)) bash bench/nv_dev/ab.sh cl verbose 2>&1 | tail -14
+  OUT=$out/verbose-tree BUDGET=$(($(left) - 30)) bash bench/nv_dev/ab.sh cl verbose 2>&1 | tail -40
   echo "== verbose (the tree), $(el) s"
 fi
 
@@ -49,7 +49,7 @@ if [ "$(left)" -gt 150 ] && patched inline $P/bwd-always-inline.patch && patched
     . /tmp/queue-cl/inline/cl /tmp/queue-cl/sfirst/cl /tmp/queue-cl/both/cl 2>&1 | tail -9
   echo "$(el) s"
   if [ "$(left)" -gt 60 ]; then
-    OUT=$out/verbose-inline BUDGET=$(($(left) - 20)) bash bench/nv_dev/ab.sh /tmp/queue-cl/inline/cl verbose 2>&1 | tail -14
+    OUT=$out/verbose-inline BUDGET=$(($(left) - 20)) bash bench/nv_dev/ab.sh /tmp/queue-cl/inline/cl verbose 2>&1 | tail -40
     echo "== verbose (always-inline), $(el) s"
   fi
   for t in backward sequences_backward; do
