@@ -53,7 +53,7 @@ if [ "$(left)" -gt 150 ] && patched inline $P/bwd-always-inline.patch && patched
     echo "== verbose (always-inline), $(el) s"
   fi
   for t in backward sequences_backward; do
-    [ "$(left)" -lt 60 ] && { echo "test_$t (both changes) skipped"; continue; }
+    [ "$(left)" -lt 90 ] && { echo "test_$t (both changes) skipped"; continue; }
     FLASHCL_KERNEL_DIR=/tmp/queue-cl/both/cl FLASHCL_CACHE_DIR=/tmp/queue-cache-both timeout $(($(left) - 40)) \
       build-gpu/tests/test_$t >"$out/test_${t}_both.log" 2>&1
     echo "test_$t with both changes (rc $?): $(grep -E 'passed, .* failed' "$out/test_${t}_both.log" | tail -1), $(el) s"
