@@ -23,8 +23,8 @@ int main(void) {
       /* A sliding window over a long range: each block streams only the keys its rows see, so a device with
          a loop budget runs it too. */
       {1, 2, 0, 256, 10000, 64, FCL_DTYPE_F32, 1, LAYOUT_BHND, 0, 1, {.window = 1, .left = 128, .right = 0}},
-      /* Long query ranges as well: the shapes a planner keeps for long rows (on NVIDIA from 4096 query rows at
-         head_dim 64, FlashAttention-2's 128-row, 128-key tile) run only on problems this long. */
+      /* Long query ranges as well: the shapes a planner keeps for long rows (on NVIDIA at head_dim 64 from 1024
+         query rows, FlashAttention-2's 128-row, 128-key tile) run only on problems that long. */
       {1, 1, 0, 4103, 4103, 64, FCL_DTYPE_F16, 0, LAYOUT_BNHD, 0, 1},
       {1, 2, 1, 4100, 4133, 64, FCL_DTYPE_BF16, 1, LAYOUT_BHND, 0, 1},
   };

@@ -32,15 +32,18 @@ if [ -n "$kdir" ]; then
   trees=a build_b=/tmp/ab-build-a b_env=("FLASHCL_KERNEL_DIR=$kdir"); ln -s "$kdir" "$bt/cl"
 else
   tar --exclude='./build*' --exclude=./.gpu --exclude=./.git -cf - . | tar -xf - -C "$bt"
-  if command -v patch >/dev/null; then (cd "$bt" && patch -p1 -s <"$change")
-  else (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$change"); fi || { echo "the patch does not apply"; exit 1; }
+  (cd "$bt" && python3 bench/nv_dev/apply_patch.py "$change") || { echo "the patch does not apply"; exit 1; }
 fi
+# `verbose` builds only the kernels (nvbuild); the other steps need the library.
+needs_build=0
+for step in "$@"; do [ "$step" = verbose ] || needs_build=1; done
 for t in $trees; do
+  [ $needs_build = 1 ] || break
   src=.; [ $t = b ] && src=$bt
   { cmake -S "$src" -B "/tmp/ab-build-$t" -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON &&
     cmake --build "/tmp/ab-build-$t" -j 16; } >"$out/build-$t.log" 2>&1 || { echo "build $t failed"; tail -20 "$out/build-$t.log"; exit 1; }
 done
-summary="built $([ -n "$kdir" ] && echo "A (B reads $kdir)" || echo "A and B") in $(( $(date +%s) - t_start )) s"
+summary="built $([ $needs_build = 0 ] && echo "nothing (verbose only)" || { [ -n "$kdir" ] && echo "A (B reads $kdir)" || echo "A and B"; }) in $(( $(date +%s) - t_start )) s"
 
 # bench1 TREE LINE: median ms of one row on a tree, and its plan tag.
 bench1() {

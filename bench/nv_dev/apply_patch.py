@@ -1,7 +1,7 @@
-"""Applies a unified diff (paths a/... b/..., as `git diff` writes them) to the tree in the current folder,
-for machines without `patch` or `git` (bench/nv_dev/ab.sh falls back on it). Every hunk's context must match
-exactly, at its stated line or moved from it (an offset, as after another patch); on any mismatch nothing is
-written and the exit status is 1.
+"""Applies a unified diff (paths a/... b/..., as `git diff` writes them) to the tree in the current folder, the
+same way on every machine, the GPU machine included, which has neither `patch` nor `git` (bench/nv_dev/ab.sh and
+queue.sh apply patches with it). Every hunk's context must match exactly, at its stated line or moved from it (an
+offset, as after another patch); on any mismatch nothing is written and the exit status is 1.
 usage: python3 bench/nv_dev/apply_patch.py PATCH"""
 import re
 import sys

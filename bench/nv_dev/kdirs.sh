@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-/tmp/nv_kdirs}; mkdir -p "$out"
 export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-H200}
-build=/tmp/kdirs-build
+build=${BUILD:-/tmp/kdirs-build} # BUILD: an existing build folder of the tree, reused
 { cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build $build -j 16 --target flashcl-bench; } \
   >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u

@@ -22,10 +22,7 @@ bench=build-gpu/tools/flashcl-bench
 patched() {
   local name=$1 dir=/tmp/queue-cl/$1; shift
   rm -rf "$dir" && mkdir -p "$dir" && cp -r cl "$dir/" || return 1
-  for p in "$@"; do
-    if command -v patch >/dev/null; then patch -d "$dir" -p1 -s <"$p"
-    else (cd "$dir" && python3 "$root/bench/nv_dev/apply_patch.py" "$root/$p"); fi || return 1
-  done
+  for p in "$@"; do (cd "$dir" && python3 "$root/bench/nv_dev/apply_patch.py" "$root/$p") || return 1; done
 }
 
 # 1. Issue 15's forward table on the defaults.
@@ -45,7 +42,7 @@ P=bench/nv_dev/patches
 if [ "$(left)" -gt 150 ] && patched inline $P/bwd-always-inline.patch && patched sfirst $P/bwd-s-first.patch &&
    patched both $P/bwd-always-inline.patch $P/bwd-s-first.patch; then
   echo "== backward kernels: tree, always-inline, S first, both (median ms, two rounds)"
-  OUT=$out/kdirs ROWS=bench/nv_dev/ab_rows_bwd_kernels.txt timeout $(($(left) - 60)) bash bench/nv_dev/kdirs.sh \
+  OUT=$out/kdirs BUILD=build-gpu ROWS=bench/nv_dev/ab_rows_bwd_kernels.txt timeout $(($(left) - 60)) bash bench/nv_dev/kdirs.sh \
     . /tmp/queue-cl/inline/cl /tmp/queue-cl/sfirst/cl /tmp/queue-cl/both/cl 2>&1 | tail -9
   echo "$(el) s"
   if [ "$(left)" -gt 60 ]; then
