@@ -81,7 +81,7 @@ for step in "$@"; do
             cl/nvidia/flash_bwd_mma.cl) 2>&1 | grep -iE "rc=|Used|spill|error" >>"$out/verbose.log"
         done
       done
-      summary+=$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v ' 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads' |
+      summary+=$'\n'"$(grep -E '==|Used|spill|rc=-|error' "$out/verbose.log" | grep -v ' 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads' |
         sed -e 's/-DWINDOW=2 .*/(every modifier)/' -e 's/-DWINDOW=1 .*/(causal, sequences)/')" ;;
     tests)
       for t in ${TESTS:-variant backward backward@4,16,4,32 sequences_backward decode sequences forward}; do

@@ -29,7 +29,7 @@ for step in "$@"; do
         echo "== $shape" >>"$out/verbose.log"
         /tmp/nvbuild "$base $shape" cl/common.cl cl/nvidia/ptx.cl cl/nvidia/flash_fwd_mma.cl 2>&1 | grep -iE "rc=|registers|spill|error" >>"$out/verbose.log"
       done
-      summary+=$'\n'"verbose: $(grep -c 'Used' "$out/verbose.log") builds reported"$'\n'"$(grep -E '==|Used|spill' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' | head -20)" ;;
+      summary+=$'\n'"verbose: $(grep -c 'Used' "$out/verbose.log") builds reported"$'\n'"$(grep -E '==|Used|spill|rc=-|error' "$out/verbose.log" | grep -v 'bytes spill stores, 0 bytes spill loads' | head -20)" ;;
     tests)
       timeout 120 "$b/tests/test_variant" >"$out/variant.log" 2>&1
       timeout 150 "$b/tests/test_decode" >"$out/decode.log" 2>&1

@@ -1,7 +1,9 @@
 /* Builds one OpenCL program from source files with the given options on the first GPU and prints the
  * build status and log (with -cl-nv-verbose, NVIDIA's compiler reports registers and spills there), then each
  * kernel's CL_KERNEL_WORK_GROUP_SIZE and local memory.
- * usage: nvbuild "OPTIONS" FILE...   (files are concatenated in order, as the library passes them)
+ * usage: nvbuild "OPTIONS" FILE...   (files are concatenated in order, as the library passes them; OPTIONS
+ * follow the ones every tensor-core program gets from the library, -cl-std=CL1.2 -DFCL_PTX=1, without which
+ * the kernels do not build)
  * Exit status: 0 when the build succeeded, 1 otherwise. */
 #include "dev_util.h"
 
@@ -30,7 +32,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "clCreateProgramWithSource: %d\n", err);
     return 1;
   }
-  const cl_int rc = clBuildProgram(prog, 1, &dev, argv[1], NULL, NULL);
+  char options[4096];
+  snprintf(options, sizeof options, "-cl-std=CL1.2 -DFCL_PTX=1 %s", argv[1]);
+  const cl_int rc = clBuildProgram(prog, 1, &dev, options, NULL, NULL);
   size_t len = 0;
   clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
   char *log = malloc(len + 1);

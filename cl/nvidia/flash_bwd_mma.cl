@@ -124,6 +124,10 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
 #define MMA_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv) \
   FCL_P_DS(p_out, ds_out, m_, s, dp, row, key, L, Dv, fcl_exp2)
 
+/* The products' helpers are inlined however large their unrolled loops make them, so that the fragment arrays stay
+   registers (without it clang's build of the shapes beyond 48 KiB kept S^T and dP^T in a stack frame). */
+#define FCL_ALWAYS_INLINE inline __attribute__((always_inline))
+
 #if DTYPE != 0
 /* Per-lane ldmatrix offsets (elements) within a tile of row stride DS. A operand (no transpose, rows of the
    warp's 16): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
@@ -143,8 +147,8 @@ typedef uint tile_ref;
 /* acc += A (m16: the fragment a of the warp's 16 rows at k step kk) times the BN streamed rows at b_addr,
    transposed: one k step of S^T = K Q^T and dP^T = V dO^T, whose B rows are the n dimension. Addresses are
    shared-window bytes. (Inline functions rather than macros, so that `#pragma unroll` stands on its own line
-   as in flash_fwd_mma.cl; once inlined, the arrays are registers.) */
-inline void fcl_mma_abt_step(float acc[NT][4], uint a[4], uint b_addr, int kk) {
+   as in flash_fwd_mma.cl.) */
+FCL_ALWAYS_INLINE void fcl_mma_abt_step(float acc[NT][4], uint a[4], uint b_addr, int kk) {
 #pragma unroll
   for (int np = 0; np < NT / 2; ++np) {
     uint b0, b1, b2, b3;
@@ -155,7 +159,7 @@ inline void fcl_mma_abt_step(float acc[NT][4], uint a[4], uint b_addr, int kk) {
 }
 
 /* acc = A times the streamed rows over DP, the fragments a[KT] of A in registers. */
-inline void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
+FCL_ALWAYS_INLINE void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 #pragma unroll
@@ -165,7 +169,7 @@ inline void fcl_mma_abt(float acc[NT][4], uint a[KT][4], uint b_addr) {
 #if KV_RESIDENT
 /* The same with the A fragments read from the local tile at a_addr at each k step (ldmatrix, A_LANE offsets):
    the dK/dV kernel with KV_RESIDENT. */
-inline void fcl_mma_abt_l(float acc[NT][4], uint a_addr, uint b_addr) {
+FCL_ALWAYS_INLINE void fcl_mma_abt_l(float acc[NT][4], uint a_addr, uint b_addr) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 #pragma unroll
@@ -178,14 +182,14 @@ inline void fcl_mma_abt_l(float acc[NT][4], uint a_addr, uint b_addr) {
 #endif
 
 /* The A fragments of the warp's 16 rows over DP, from the local tile at a_addr (ldmatrix, A_LANE offsets). */
-inline void fcl_load_a(uint a[KT][4], uint a_addr) {
+FCL_ALWAYS_INLINE void fcl_load_a(uint a[KT][4], uint a_addr) {
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) LDSM_X4(a[kk][0], a[kk][1], a[kk][2], a[kk][3], a_addr + (uint)(kk * 32));
 }
 
 /* acc += A (fragments a over the BN streamed rows) times the streamed tile at b_addr (rows are the k dimension,
    read transposed): dV += P^T dO, dK += dS^T Q, dQ += dS K. */
-inline void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
+FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
 #pragma unroll
   for (int kt = 0; kt < PT; ++kt)
 #pragma unroll
@@ -198,7 +202,7 @@ inline void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
 }
 
 /* Accumulators s of n8 tiles 2i and 2i+1 packed into the m16k16 A fragment a[i]. */
-inline void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
+FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
 #pragma unroll
   for (int kt = 0; kt < PT; ++kt) {
     a[kt][0] = fcl_pack2(s[2 * kt][0], s[2 * kt][1]);
@@ -222,8 +226,6 @@ typedef __local const float *tile_ref;
 #define TILE_REF(p) (p)
 #define TILE_AT(r, elems) ((r) + (elems))
 #define STORE_PAIR(p, lo, hi) (*(__local float2 *)(p) = (float2)((lo), (hi)))
-/* Inlined however large their unrolled loops make them, so that the fragment arrays stay registers. */
-#define FCL_ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* The A operand of the warp's 16 rows over DP, read from global memory (through L1) at each use: the lane's
    rows g and g + 8 at column t. Held in registers as floats, as the f16/bf16 kernels hold theirs as pairs, K
