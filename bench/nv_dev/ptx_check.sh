@@ -6,7 +6,8 @@
 # hint only (bench/nv_dev/nvbuild.c with -cl-nv-verbose on the GPU gives the real ones).
 # usage: bash bench/nv_dev/ptx_check.sh KERNEL_FILE "DEFINES" [OUT_PREFIX]   (KERNEL_FILE as cl/..., or any path)
 #   e.g. bash bench/nv_dev/ptx_check.sh cl/nvidia/flash_bwd_mma.cl "-DMMA_KIND=1 -DDTYPE=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=32"
-# PTX that uses Hopper's instructions is declared PTX 8.0 for sm_90 before ptxas reads it.
+# PTX that uses Hopper's instructions is declared PTX 8.0 for sm_90 before ptxas reads it. DEFINES follow the
+# options every tensor-core program gets from the library (-cl-std=CL1.2 -DFCL_PTX=1), as nvbuild.c's do.
 # Prints one line: "ok REGS SPILL_STORES SPILL_LOADS STACK SMEM DEFINES" or "FAIL (stage) DEFINES" and the errors.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,7 +26,7 @@ clc=${LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 # shellcheck disable=SC2086
 if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvidiacl -Xclang -target-cpu -Xclang sm_80 -O2 -fgnu89-inline -Xclang -finclude-default-header \
     -Xclang -mlink-builtin-bitcode -Xclang "$clc" ${libdevice:+-Xclang -mlink-builtin-bitcode -Xclang "$libdevice"} \
-    -Dasm=__asm__ $defs -S -o "$pre.ptx" "$pre.cl" 2>"$pre.clang.log"; then
+    -Dasm=__asm__ -DFCL_PTX=1 $defs -S -o "$pre.ptx" "$pre.cl" 2>"$pre.clang.log"; then
   echo "FAIL (clang) $defs"; grep -E "error" "$pre.clang.log" | head -10; exit 1
 fi
 # Hopper's instructions (mbarrier waits on a parity) need PTX 8.0 for sm_90, which clang 15 does not write.

@@ -24,7 +24,7 @@ for dt in ${DTYPES:-0 1 2}; do
       set -- $sh
       for mods in "-DWINDOW=0" "-DWINDOW=1" "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1"; do
         for seqs in "" "-DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
-          defs="-DMMA_KIND=$1 -DDTYPE=$dt -DD=$d -DDP=$dp -DDS=$ds -DNW=$2 -DBN=$3 ${4:+$4 }-DFCL_PTX=1 $mods $seqs"
+          defs="-DMMA_KIND=$1 -DDTYPE=$dt -DD=$d -DDP=$dp -DDS=$ds -DNW=$2 -DBN=$3 ${4:+$4 }$mods $seqs"
           n=$((n + 1))
           bash "$dir/ptx_check.sh" "${KERNEL:-cl/nvidia/flash_bwd_mma.cl}" "$defs" "$out/k$n" || fails=$((fails + 1))
         done

@@ -5,7 +5,6 @@
 # usage (repository root, after `bash .gpu/setup.sh`): LIMIT=S bash bench/nv_dev/queue.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
 out=${OUT:-/tmp/nv_queue}; mkdir -p "$out"
 D=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -oE 'H[12]00' | head -1)
 export FLASHCL_TEST_DEVICE=${FLASHCL_TEST_DEVICE:-$D}
@@ -13,17 +12,8 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-{ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
-  >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-echo "built, $(el) s"
-bench=build-gpu/tools/flashcl-bench
-
-# A copy of cl/ with the named patches applied, at /tmp/queue-cl/NAME/cl.
-patched() {
-  local name=$1 dir=/tmp/queue-cl/$1; shift
-  rm -rf "$dir" && mkdir -p "$dir" && cp -r cl "$dir/" || return 1
-  for p in "$@"; do (cd "$dir" && python3 "$root/bench/nv_dev/apply_patch.py" "$root/$p") || return 1; done
-}
+# (No library build: the one step below builds its kernels through nvbuild.c. A step that times or tests the
+# library builds build-gpu first: `cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON`.)
 
 # 1. NVIDIA's registers, stack frames and spills of the backward's default shapes, the tree's kernels (never seen:
 #    v41's run built without -DFCL_PTX=1, which nvbuild.c now adds).
