@@ -14,7 +14,17 @@
 # And for the tensor-core backward (its rows from bench/nv_dev/ab_rows_backward.txt unless ROWS is set):
 #   bwdnobar   the one work-group barrier a step of the dK/dV and dQ kernels' loops dropped (a race): what a
 #              ring on mbarriers could gain there at most.
+#   bwdnodkdv  the dK/dV kernel returns at once: the whole backward less this is that kernel's time.
+#   bwdnoexp   the dK/dV kernel's exponentials dropped (unmasked tiles: p = the exponent itself), and
+#   bwdnoelem  its whole elementwise step (unmasked tiles: P^T = S^T, dS^T = dP^T as they come out of the
+#              products): what overlapping a step's elementwise work with the next step's products could gain
+#              there at most (notes v42).
+#   bwdbonce   the B operand of every product helper (fcl_mma_abt_step, fcl_mma_ab: the dK/dV kernel's four
+#              products and the dQ kernel's dS K) read by ldmatrix once per k step instead of once per 16 columns:
+#              what fewer local-memory reads per mma could gain at most.
+#   bwdmmaonly bwdnoelem and bwdbonce together: the dK/dV kernel's products alone.
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/forward_parts.sh [VARIANT...]
+#   PREPARE=1 only writes the copies (/tmp/fwd-parts/VARIANT), for clang's build anywhere (ptx_check.sh).
 #   ROWS (default bench/nv_dev/ab_rows_forward.txt, for bwdnobar ab_rows_backward.txt) and BUDGET (s a variant,
 #   default 150) pass to ab.sh. v23's variants of the ring on work-group barriers (before 9.0, and paged keys) are
 #   in this file's history (e7e3630).
@@ -36,10 +46,38 @@ for v in ${@:-nowait norelease noload}; do
         "$dir/$k" ;;
     bwdnobar) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       sed -i 's#^    barrier(CLK_LOCAL_MEM_FENCE); /\* \.\.\. and for all#    /* (nobar) ... and for all#' "$dir/$k" ;;
+    bwdnodkdv|bwdnoexp|bwdnoelem|bwdbonce|bwdmmaonly) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
+      python3 - "$dir/$k" "$v" <<'PY' || exit 1
+import re, sys
+path, v = sys.argv[1], sys.argv[2]
+src = open(path).read()
+def sub(old, new):
+    global src
+    assert src.count(old) == 1, (v, old)
+    src = src.replace(old, new)
+if v == "bwdnodkdv":
+    m = re.search(r"void flash_bwd_dkdv_mma\(.*?\)\s*\{", src, re.S)
+    src = src[:m.end()] + " return;" + src[m.end():]
+if v == "bwdnoexp":
+    sub("const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));", "const float p = fma(s[i][e], sl2, -Ls[buf][c]);")
+if v in ("bwdnoelem", "bwdmmaonly"):
+    sub("          s[i][e] = p;\n          dp[i][e] = p * (dp[i][e] - Dl[buf][c]);\n",
+        "          (void)p; /* (noelem) */\n")
+if v in ("bwdbonce", "bwdmmaonly"):
+    sub("#pragma unroll\n  for (int np = 0; np < NT / 2; ++np) {\n    uint b0, b1, b2, b3;\n    LDSM_X4(",
+        "  uint b0, b1, b2, b3;\n#pragma unroll\n  for (int np = 0; np < NT / 2; ++np) {\n    if (np == 0) LDSM_X4(")
+    sub("    for (int np = 0; np < OT / 2; ++np) {\n      uint b0, b1, b2, b3;\n      LDSM_X4_T(",
+        "    for (int np = 0; np < OT / 2; ++np) {\n      if (np == 0) LDSM_X4_T(")
+    sub("FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n",
+        "FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n  uint b0, b1, b2, b3;\n")
+open(path, "w").write(src)
+PY
+      ;;
     *) echo "unknown variant $v"; exit 2 ;;
   esac
   if cmp -s "cl/$k" "$dir/$k"; then echo "$v: the kernel did not change (its source moved on?)"; exit 1; fi
   echo "== $v: $(diff "cl/$k" "$dir/$k" | grep -c '^>') lines changed"
+  [ -n "${PREPARE:-}" ] && continue # the folders only (a check on this machine: ptx_check.sh DIR/KERNEL)
   ROWS=${ROWS:-$rows} BUDGET=${BUDGET:-150} bash bench/nv_dev/ab.sh "$dir" bench 2>&1 |
     grep -E '^(--|[A-Z_]+=|built|bench:)'
 done

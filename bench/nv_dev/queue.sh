@@ -12,10 +12,18 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# (No library build: the one step below builds its kernels through nvbuild.c. A step that times or tests the
-# library builds build-gpu first: `cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON`.)
+# (Step 1 builds flashcl-bench through kdirs.sh; step 2 builds its kernels through nvbuild.c.)
 
-# 1. NVIDIA's registers, stack frames and spills of the backward's default shapes, the tree's kernels (never seen:
+# 1. What the dK/dV kernel's parts cost (notes v42): the backward with the dK/dV kernel gone, its exponentials or its
+#    whole elementwise step dropped, the products' B operands read once per k step, and products alone
+#    (bench/nv_dev/forward_parts.sh's bwd* copies of cl/), each row timed with every folder in turn.
+PREPARE=1 bash bench/nv_dev/forward_parts.sh bwdnodkdv bwdnoexp bwdnoelem bwdbonce bwdmmaonly >/dev/null || exit 1
+OUT=$out/parts ROWS=bench/nv_dev/ab_rows_backward.txt timeout $(($(left) - 60)) bash bench/nv_dev/kdirs.sh . \
+  /tmp/fwd-parts/bwdnodkdv /tmp/fwd-parts/bwdnoexp /tmp/fwd-parts/bwdnoelem /tmp/fwd-parts/bwdbonce \
+  /tmp/fwd-parts/bwdmmaonly 2>&1 | tee "$out/parts.txt"
+echo "== parts, $(el) s"
+
+# 2. NVIDIA's registers, stack frames and spills of the backward's default shapes, the tree's kernels (never seen:
 #    v41's run built without -DFCL_PTX=1, which nvbuild.c now adds).
 OUT=$out/verbose-tree BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh cl verbose 2>&1 | tail -40
 echo "== verbose (the tree), $(el) s"
