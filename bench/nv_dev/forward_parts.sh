@@ -23,6 +23,9 @@
 #              products and the dQ kernel's dS K) read by ldmatrix once per k step instead of once per 16 columns:
 #              what fewer local-memory reads per mma could gain at most.
 #   bwdmmaonly bwdnoelem and bwdbonce together: the dK/dV kernel's products alone.
+#   bwdonebb   both kernels' loops without the branch to the mask layer (taken only where a tile reaches a hidden
+#              entry: never in rows without a mask or window whose lengths are whole tiles, which stay exact), so
+#              that a step's products and elementwise work are one block the compiler may interleave.
 # usage (GPU machine, repository root, after `bash .gpu/setup.sh`): bash bench/nv_dev/forward_parts.sh [VARIANT...]
 #   PREPARE=1 only writes the copies (/tmp/fwd-parts/VARIANT), for clang's build anywhere (ptx_check.sh).
 #   ROWS (default bench/nv_dev/ab_rows_forward.txt, for bwdnobar ab_rows_backward.txt) and BUDGET (s a variant,
@@ -46,7 +49,7 @@ for v in ${@:-nowait norelease noload}; do
         "$dir/$k" ;;
     bwdnobar) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       sed -i 's#^    barrier(CLK_LOCAL_MEM_FENCE); /\* \.\.\. and for all#    /* (nobar) ... and for all#' "$dir/$k" ;;
-    bwdnodkdv|bwdnoexp|bwdnoelem|bwdbonce|bwdmmaonly) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
+    bwdnodkdv|bwdnoexp|bwdnoelem|bwdbonce|bwdmmaonly|bwdonebb) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       python3 - "$dir/$k" "$v" <<'PY' || exit 1
 import re, sys
 path, v = sys.argv[1], sys.argv[2]
@@ -70,6 +73,10 @@ if v in ("bwdbonce", "bwdmmaonly"):
         "    for (int np = 0; np < OT / 2; ++np) {\n      if (np == 0) LDSM_X4_T(")
     sub("FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n",
         "FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n  uint b0, b1, b2, b3;\n")
+if v == "bwdonebb":
+    sub("    if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {",
+        "    if (SCORE_MODS) { /* (onebb) */")
+    sub("    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {", "    if (0) { /* (onebb) */")
 open(path, "w").write(src)
 PY
       ;;

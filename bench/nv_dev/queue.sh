@@ -15,12 +15,13 @@ left() { echo $((L - $(el))); }
 # (Step 1 builds flashcl-bench through kdirs.sh; step 2 builds its kernels through nvbuild.c.)
 
 # 1. What the dK/dV kernel's parts cost (notes v42): the backward with the dK/dV kernel gone, its exponentials or its
-#    whole elementwise step dropped, the products' B operands read once per k step, and products alone
+#    whole elementwise step dropped, the products' B operands read once per k step, products alone, and both
+#    kernels' steps without the branch to the mask layer
 #    (bench/nv_dev/forward_parts.sh's bwd* copies of cl/), each row timed with every folder in turn.
-PREPARE=1 bash bench/nv_dev/forward_parts.sh bwdnodkdv bwdnoexp bwdnoelem bwdbonce bwdmmaonly >/dev/null || exit 1
+PREPARE=1 bash bench/nv_dev/forward_parts.sh bwdnodkdv bwdnoexp bwdnoelem bwdbonce bwdmmaonly bwdonebb >/dev/null || exit 1
 OUT=$out/parts ROWS=bench/nv_dev/ab_rows_backward.txt timeout $(($(left) - 60)) bash bench/nv_dev/kdirs.sh . \
   /tmp/fwd-parts/bwdnodkdv /tmp/fwd-parts/bwdnoexp /tmp/fwd-parts/bwdnoelem /tmp/fwd-parts/bwdbonce \
-  /tmp/fwd-parts/bwdmmaonly 2>&1 | tee "$out/parts.txt"
+  /tmp/fwd-parts/bwdmmaonly /tmp/fwd-parts/bwdonebb 2>&1 | tee "$out/parts.txt"
 echo "== parts, $(el) s"
 
 # 2. NVIDIA's registers, stack frames and spills of the backward's default shapes, the tree's kernels (never seen:
