@@ -23,6 +23,10 @@
 #              products and the dQ kernel's dS K) read by ldmatrix once per k step instead of once per 16 columns:
 #              what fewer local-memory reads per mma could gain at most.
 #   bwdmmaonly bwdnoelem and bwdbonce together: the dK/dV kernel's products alone.
+#   bwdbonce_abt, bwdbonce_ab  bwdbonce in fcl_mma_abt_step alone (the dK/dV kernel's S^T and dP^T) or in
+#              fcl_mma_ab alone (its dV and dK, and the dQ kernel's dS K);
+#   bwdbonce_dq  the same in the dQ kernel's S and dP (K and V read once per k step); bwdnodq: the dQ kernel
+#              returns at once.
 #   bwdonebb   both kernels' loops without the branch to the mask layer (taken only where a tile reaches a hidden
 #              entry: never in rows without a mask or window whose lengths are whole tiles, which stay exact), so
 #              that a step's products and elementwise work are one block the compiler may interleave.
@@ -49,7 +53,7 @@ for v in ${@:-nowait norelease noload}; do
         "$dir/$k" ;;
     bwdnobar) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       sed -i 's#^    barrier(CLK_LOCAL_MEM_FENCE); /\* \.\.\. and for all#    /* (nobar) ... and for all#' "$dir/$k" ;;
-    bwdnodkdv|bwdnoexp|bwdnoelem|bwdbonce|bwdmmaonly|bwdonebb) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
+    bwdnodkdv|bwdnodq|bwdnoexp|bwdnoelem|bwdbonce|bwdmmaonly|bwdonebb|bwdbonce_abt|bwdbonce_ab|bwdbonce_dq) k=nvidia/flash_bwd_mma.cl rows=bench/nv_dev/ab_rows_backward.txt
       python3 - "$dir/$k" "$v" <<'PY' || exit 1
 import re, sys
 path, v = sys.argv[1], sys.argv[2]
@@ -58,21 +62,39 @@ def sub(old, new):
     global src
     assert src.count(old) == 1, (v, old)
     src = src.replace(old, new)
-if v == "bwdnodkdv":
-    m = re.search(r"void flash_bwd_dkdv_mma\(.*?\)\s*\{", src, re.S)
+if v in ("bwdnodkdv", "bwdnodq"):
+    m = re.search(r"void flash_bwd_" + ("dkdv" if v == "bwdnodkdv" else "dq") + r"_mma\(.*?\)\s*\{", src, re.S)
     src = src[:m.end()] + " return;" + src[m.end():]
 if v == "bwdnoexp":
     sub("const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));", "const float p = fma(s[i][e], sl2, -Ls[buf][c]);")
 if v in ("bwdnoelem", "bwdmmaonly"):
     sub("          s[i][e] = p;\n          dp[i][e] = p * (dp[i][e] - Dl[buf][c]);\n",
         "          (void)p; /* (noelem) */\n")
-if v in ("bwdbonce", "bwdmmaonly"):
+if v in ("bwdbonce", "bwdmmaonly", "bwdbonce_abt"):
     sub("#pragma unroll\n  for (int np = 0; np < NT / 2; ++np) {\n    uint b0, b1, b2, b3;\n    LDSM_X4(",
         "  uint b0, b1, b2, b3;\n#pragma unroll\n  for (int np = 0; np < NT / 2; ++np) {\n    if (np == 0) LDSM_X4(")
+if v in ("bwdbonce", "bwdmmaonly", "bwdbonce_ab"):
     sub("    for (int np = 0; np < OT / 2; ++np) {\n      uint b0, b1, b2, b3;\n      LDSM_X4_T(",
         "    for (int np = 0; np < OT / 2; ++np) {\n      if (np == 0) LDSM_X4_T(")
     sub("FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n",
         "FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {\n  uint b0, b1, b2, b3;\n")
+if v == "bwdbonce_dq":
+    sub("""#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint b0, b1, b2, b3;
+        LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n,""", """    uint b0, b1, b2, b3, c0, c1, c2, c3;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        if (np == 0) LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n,""")
+    sub("""        LDSM_X4(b0, b1, b2, b3, TILE_AT(k_n, boff + np * 16 * DS + kk * 16));
+        MMA(s[2 * np], qa[kk], b0, b1);
+        MMA(s[2 * np + 1], qa[kk], b2, b3);""", """        if (np == 0) LDSM_X4(c0, c1, c2, c3, TILE_AT(k_n, boff + np * 16 * DS + kk * 16));
+        MMA(s[2 * np], qa[kk], c0, c1);
+        MMA(s[2 * np + 1], qa[kk], c2, c3);""")
 if v == "bwdonebb":
     sub("    if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {",
         "    if (SCORE_MODS) { /* (onebb) */")
