@@ -12,13 +12,12 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# (Step 1 builds flashcl-bench through kdirs.sh.)
+# (Step 1 builds the tree and the patched tree through ab.sh.)
 
-# 1. Where the local-memory reads cost (notes v42, call 2): the B operands read once per k step in the dK/dV kernel's
-#    S^T and dP^T only, in fcl_mma_ab only (its dV, dK and the dQ kernel's dS K), in the dQ kernel's S and dP only,
-#    and the dQ kernel gone (bench/nv_dev/forward_parts.sh's copies of cl/), each row timed with every folder.
-PREPARE=1 bash bench/nv_dev/forward_parts.sh bwdnodq bwdbonce_abt bwdbonce_ab bwdbonce_dq >/dev/null || exit 1
-OUT=$out/parts ROWS=bench/nv_dev/ab_rows_backward.txt timeout $(($(left) - 10)) bash bench/nv_dev/kdirs.sh . \
-  /tmp/fwd-parts/bwdnodq /tmp/fwd-parts/bwdbonce_abt /tmp/fwd-parts/bwdbonce_ab /tmp/fwd-parts/bwdbonce_dq 2>&1 |
-  tee "$out/parts.txt"
-echo "== parts, $(el) s"
+# 1. FlashAttention-2's warp tiles in the dK/dV kernel (bench/nv_dev/patches/bwd-warp-tiles.patch, notes v42):
+#    timed against the tree's defaults (rows with FLASHCL_BACKWARD_SHAPE=4,64,4,64,2, which only the patched tree
+#    takes), then the backward suites on the warp tiles. Predicted 4-6% less time at head_dim 128, N = 4096.
+ROWS=bench/nv_dev/ab_rows_warp2d.txt TESTS="variant backward@4,64,4,64,2 sequences_backward@4,64,4,64,2" \
+  OUT=$out/warp2d BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-warp-tiles.patch bench tests 2>&1 |
+  tail -40
+echo "== warp tiles, $(el) s"
