@@ -14,8 +14,9 @@
 #            beside PyTorch SDPA's flash, efficient and cuDNN backwards
 #   tests_off test_backward and test_sequences_backward with FLASHCL_PORTABLE_ONLY=1
 #   alone    (not in the default) where the time goes: f16 (or ALONE_DTYPE), B=4, H=16, N=4096, d=64/128, causal and not, the
-#            whole backward and then with the dK/dV or the dQ kernel returning at once (copies of cl/ through
-#            FLASHCL_KERNEL_DIR); each kernel's time is the whole less the run without it
+#            whole backward and then with the dK/dV or the dQ kernel returning at once (forward_parts.sh's bwdnodkdv
+#            and bwdnodq copies of cl/, through FLASHCL_KERNEL_DIR); each kernel's time is the whole less the run
+#            without it
 set -uo pipefail
 t_start=$(date +%s)
 out=${OUT:-/tmp/nv_backward}; mkdir -p "$out"
@@ -90,17 +91,9 @@ if step tests_off 60; then
   summary+=$'\n'"[tests off: $(( $(date +%s) - t0 )) s]"
 fi
 if step alone 90; then
-  # Copies of cl/ in which one heavy kernel returns at once (its outputs are left unwritten: timing only).
-  for kern in flash_bwd_dkdv_mma flash_bwd_dq_mma; do
-    rm -rf "/tmp/kd-$kern"; cp -r cl "/tmp/kd-$kern"
-    python3 - "/tmp/kd-$kern/nvidia/flash_bwd_mma.cl" "$kern" <<'PY'
-import re, sys
-path, kern = sys.argv[1], sys.argv[2]
-src = open(path).read()
-m = re.search(r"void " + kern + r"\(.*?\)\s*\{", src, re.S)
-open(path, "w").write(src[:m.end()] + " return;" + src[m.end():])
-PY
-  done
+  # Copies of cl/ in which one heavy kernel returns at once (its outputs are left unwritten: timing only), as
+  # forward_parts.sh writes them: /tmp/fwd-parts/bwdnodkdv and /tmp/fwd-parts/bwdnodq.
+  PREPARE=1 bash bench/nv_dev/forward_parts.sh bwdnodkdv bwdnodq >/dev/null || exit 1
   bench_ms() { # KERNEL_DIR ARGS...: the median ms of one flashcl-bench row
     local dir=$1; shift
     env ${dir:+FLASHCL_KERNEL_DIR=$dir} FLASHCL_CACHE_DIR="/tmp/fcl-cache-alone${dir//\//-}" timeout 60 \
@@ -114,7 +107,7 @@ PY
       row=(--batch 4 --heads 16 --dtype $adt --head-dim $d --seqlen 4096 --layout bnhd --impl backward --iters 10 --warmup 2 $causal)
       line="$d ${causal:-no}"
       for r in 1 2; do
-        line+=" | $(bench_ms "" "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dkdv_mma "${row[@]}") | $(bench_ms /tmp/kd-flash_bwd_dq_mma "${row[@]}")"
+        line+=" | $(bench_ms "" "${row[@]}") | $(bench_ms /tmp/fwd-parts/bwdnodkdv "${row[@]}") | $(bench_ms /tmp/fwd-parts/bwdnodq "${row[@]}")"
       done
       summary+=$'\n'"    $line"
     done
