@@ -16,8 +16,10 @@ left() { echo $((L - $(el))); }
 
 # 1. FlashAttention-2's warp tiles in the dK/dV kernel (bench/nv_dev/patches/bwd-warp-tiles.patch, notes v42):
 #    timed against the tree's defaults (rows with FLASHCL_BACKWARD_SHAPE=4,64,4,64,2, which only the patched tree
-#    takes), then the backward suites on the warp tiles. Predicted 4-6% less time at head_dim 128, N = 4096.
-ROWS=bench/nv_dev/ab_rows_warp2d.txt TESTS="variant backward@4,64,4,64,2 sequences_backward@4,64,4,64,2" \
-  OUT=$out/warp2d BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-warp-tiles.patch bench tests 2>&1 |
+#    takes), then the backward suites on the warp tiles and on the defaults, then NVIDIA's register figures of
+#    both. Predicted 4-6% less time at head_dim 128, N = 4096.
+ROWS=bench/nv_dev/ab_rows_warp2d.txt TESTS="variant backward@4,64,4,64,2 sequences_backward@4,64,4,64,2 backward" \
+  VERBOSE_SHAPE="-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=64 -DKV_RESIDENT=1 -DWARP2D=1" \
+  OUT=$out/warp2d BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-warp-tiles.patch bench tests verbose 2>&1 |
   tail -40
 echo "== warp tiles, $(el) s"
