@@ -68,6 +68,7 @@ for step in "$@"; do
         res=""
         for r in 1 2; do res+=" A $(bench1 a $line) B $(bench1 b $line) |"; done
         summary+=$'\n'"$line:$res"
+        echo "$line:$res" >>"$out/summary.txt" # kept under $OUT should the call be cut short
       done <"$rows" ;;
     verbose)
       [ "$(left)" -lt 40 ] && { summary+=$'\n'"verbose: skipped ($(left) s left)"; continue; }
@@ -94,6 +95,7 @@ for step in "$@"; do
         env "${b_env[@]}" FLASHCL_BACKWARD_SHAPE=$shape FLASHCL_CACHE_DIR=/tmp/ab-cache-b timeout $(( $(left) - 20 )) \
           "$build_b/tests/test_$name" >"$log" 2>&1
         summary+=$'\n'"test_$t (rc $?): $(grep -E 'passed, .* failed' "$log" | tail -1)"
+        echo "${summary##*$'\n'}" >>"$out/summary.txt"
         summary+="$(grep -E '^FAIL' "$log" | head -5 | cut -c1-200 | sed 's/^/\n    /')"
       done ;;
     *) summary+=$'\n'"unknown step $step" ;;
