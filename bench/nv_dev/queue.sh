@@ -13,15 +13,15 @@ el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
 # 1. FlashAttention-2's warp tiles in the dK/dV kernel (bench/nv_dev/patches/bwd-warp-tiles.patch, notes v42), in
-#    one build: the patch's kernel in a copy of cl/ that takes the warp tiles wherever they apply (f16 and bf16, K
-#    and V resident, 4 warps: the defaults at head_dim 64 and 128), timed against the tree through ab.sh's kernel
-#    folder mode, then the backward suites on it and NVIDIA's register figures of its shapes. Predicted 4-6% less
-#    time at head_dim 128, N = 4096. (The patch's planner part, which selects the warp tiles, lands with it.)
+#    one build: the patch's kernel in a copy of cl/ that takes the warp tiles wherever they apply (its WARP2D_FITS:
+#    f16 and bf16, K and V resident, 4 warps; the defaults at head_dim 64 and 128), timed against the tree through
+#    ab.sh's kernel folder mode, then the backward suites on it and NVIDIA's register figures of its shapes.
+#    Predicted 4-6% less time at head_dim 128, N = 4096. (The patch's planner part, which selects the warp tiles, lands with it.)
 w2=/tmp/warp2d
 rm -rf "$w2" && mkdir -p "$w2" && cp -r cl "$w2/" &&
   awk '/^diff --git/ {keep = $3 ~ /^a\/cl\//} keep' bench/nv_dev/patches/bwd-warp-tiles.patch >"$w2/cl.patch" &&
   (cd "$w2" && python3 "$OLDPWD/bench/nv_dev/apply_patch.py" cl.patch) &&
-  sed -i 's|^#ifndef WARP2D$|#if !defined(WARP2D) \&\& MMA_KIND == 1 \&\& KV_RESIDENT \&\& DTYPE != 0 \&\& NW == 4 \&\& BN % 32 == 0 \&\& DP % 32 == 0\n#define WARP2D 1 /* every shape the warp tiles take */\n#endif\n&|' \
+  sed -i 's|^#ifndef WARP2D$|#if !defined(WARP2D) \&\& WARP2D_FITS\n#define WARP2D 1\n#endif\n&|' \
     "$w2/cl/nvidia/flash_bwd_mma.cl" &&
   ROWS=bench/nv_dev/ab_rows_warp2d.txt TESTS="backward sequences_backward" OUT=$out/warp2d BUDGET=$(($(left) - 10)) \
     bash bench/nv_dev/ab.sh "$w2/cl" bench tests verbose 2>&1 | tail -40
