@@ -100,7 +100,7 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out);
    five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
 int fcl_parse_forward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys[,kv_resident]": 0 when it is four or five
-   integers, warps 1..8, rows or keys multiples of 16 in 16..128 and kv_resident 0 or 1 (0 when absent), else -1
+   integers, warps 1..8, rows or keys multiples of 16 in 16..128 and kv_resident 0, 1 or 2 (0 when absent), else -1
    and shape untouched. */
 int fcl_parse_backward_shape(const char *text, int shape[5]);
 /* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,stages[,qregs]]": 0 when it is four to six
@@ -165,7 +165,7 @@ typedef struct fcl_tile_plan {
   int copy_warps;   /* nvidia_mma forward: warps whose rows are all padding, added for their share of the tile
                        copies (batch-1 decode, plan_nvidia.c); fcl_plan_splits counts only the others */
   int kv_resident;  /* nvidia_mma backward's dK/dV: K and V tiles stay in local memory, their fragments read at each
-                       step (KV_RESIDENT in flash_bwd_mma.cl) */
+                       step (KV_RESIDENT in flash_bwd_mma.cl); 2: with FlashAttention-2's warp tiles (WARP2D) */
   int wave;         /* nvidia_mma forward on a small grid (plan_nvidia.c): the work-groups a compute unit is to
                        run at once, for which fcl_plan_splits cuts the keys into chunks (0: not such a plan) */
   int subgroup;     /* portable forward: FCL_SG_* shuffles for the row maxima and sums (SUBGROUP in flash_fwd.cl) */

@@ -344,7 +344,8 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
     const size_t rows = p->kv_resident ? 4 * br + 2 * bc
                         : elem_bytes == 4 || (bc > br && bc <= 2 * br) ? 4 * br
                                                                        : 2 * br + (2 * bc > 2 * br ? 2 * bc : 2 * br);
-    return rows * (size_t)p->ds * (size_t)elem_bytes + 4 * br * sizeof(float);
+    const size_t exchange = p->kv_resident == 2 ? bc * (br + 8) : 0; /* WARP2D's P^T / dS^T tile [bc][br + 8] */
+    return (rows * (size_t)p->ds + exchange) * (size_t)elem_bytes + 4 * br * sizeof(float);
   }
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
@@ -364,12 +365,13 @@ typedef struct nvidia_backward_shape {
    in registers and streams K, V through two buffers. f32 reads the fragments from global memory at each use
    (4-byte elements: half the rows a buffer). The first row that applies is taken: a `two_a_unit` row only where
    both kernels' work-groups, beyond the 48 KiB NVIDIA's OpenCL reports, fit the device two a multiprocessor (by
-   compute capability, fcl_nvidia_groups_per_unit), a `no_mask` row only for problems without an additive mask, and
-   a row with `above_head_dim` only above that head_dim. The planner has declined head_dims above 128. */
+   compute capability, fcl_nvidia_groups_per_unit), a `no_mask` row only for problems without an additive mask, a
+   `no_score_mods` row only for problems whose scores go through no modifier (softcap, ALiBi or a mask), and a row
+   with `above_head_dim` only above that head_dim. The planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
-  int two_a_unit, no_mask, above_head_dim;
+  int two_a_unit, no_mask, no_score_mods, above_head_dim;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps,
@@ -380,6 +382,10 @@ static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
     {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0}},
+    /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
+       exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.6% faster without a modifier (a window included),
+       0.2-0.8% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
+    {.max_head_dim = 128, .dkdv = {4, 64, 2}, .dq = {4, 64, 0}, .two_a_unit = 1, .no_score_mods = 1},
     /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4
        warps, 64-key tiles (68 KiB). On an H100 8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md
@@ -418,7 +424,9 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
   if (which == FCL_BWD_DKDV) {
     t->bc = t->tr * 16;    /* key rows owned */
     t->br = sh->streamed; /* query rows streamed per step */
-    t->kv_resident = sh->kv_resident && p->dtype != FCL_DTYPE_F32;
+    t->kv_resident = p->dtype == FCL_DTYPE_F32 ? 0 : sh->kv_resident;
+    /* FlashAttention-2's warp tiles take 4 warps and steps and padded head dims of multiples of 32. */
+    if (t->kv_resident == 2 && (t->tr != 4 || t->br % 32 || t->dp % 32)) t->kv_resident = 1;
   } else {
     t->br = t->tr * 16;    /* query rows owned */
     t->bc = sh->streamed; /* key rows streamed per tile */
@@ -432,7 +440,9 @@ static const nvidia_backward_default *backward_default(const fcl_device_caps *ca
   const size_t n = f32 ? sizeof backward_defaults_f32 / sizeof backward_defaults_f32[0]
                        : sizeof backward_defaults / sizeof backward_defaults[0];
   for (size_t i = 0; i < n; ++i) {
-    if (p->d > table[i].max_head_dim || p->d <= table[i].above_head_dim || (table[i].no_mask && p->mask)) continue;
+    if (p->d > table[i].max_head_dim || p->d <= table[i].above_head_dim || (table[i].no_mask && p->mask) ||
+        (table[i].no_score_mods && fcl_problem_score_mods(p)))
+      continue;
     int take = 1;
     for (int which = 0; which < 2 && take && table[i].two_a_unit; ++which) {
       fcl_tile_plan t;
@@ -499,7 +509,8 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
                "tensor-core backward (mma.sync %s) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
                "%d query rows a step%s, %zu B local%s",
                f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br,
-               t.kv_resident ? ", K and V in local memory" : "", t.local_bytes,
+               t.kv_resident == 2 ? ", K and V in local memory, warp tiles 32 x 32"
+               : t.kv_resident ? ", K and V in local memory" : "", t.local_bytes,
                took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
       snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,

@@ -637,20 +637,25 @@ static void large_local_cases(void) {
               resident64 ? ", K and V resident" : "");
       }
     }
-    /* f16 and bf16 at head_dim 128: K and V resident with 64-row steps and 64-key dQ tiles (103 and 68 KiB) where
-       both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row steps and 32-key tiles within 48 KiB. */
+    /* f16 and bf16 at head_dim 128: K and V resident with FlashAttention-2's warp tiles (kv_resident 2), 64-row steps
+       and 64-key dQ tiles (112 and 68 KiB) where both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row
+       steps and 32-key tiles within 48 KiB. */
     const int resident = !c[i].limited && c[i].block_local >= (227 << 10);
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
-      const fcl_problem ph = test_problem(128, (fcl_dtype)dt, c[i].nq, 0);
-      const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
-      const int want = resident ? 64 : 32;
-      check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == resident && tb[FCL_BWD_DKDV].br == want &&
-                tb[FCL_BWD_DQ].bc == want && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
-                (resident || tb[FCL_BWD_DQ].local_bytes <= (48 << 10)),
-            "planner: compute capability %d.%d%s, %s backward head_dim 128: %d-row steps%s, %d-key tiles (want %d%s)",
-            c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
-            rh == 0 ? tb[FCL_BWD_DKDV].br : 0, rh == 0 && tb[FCL_BWD_DKDV].kv_resident ? " K and V resident" : "",
-            rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, resident ? ", K and V resident" : "");
+      for (int softcap = 0; softcap < 2; ++softcap) {
+        fcl_problem ph = test_problem(128, (fcl_dtype)dt, c[i].nq, 0);
+        ph.softcap = softcap ? 30.0f : 0.0f; /* a score modifier: K and V resident without the warp tiles */
+        const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
+        const int want = resident ? 64 : 32, want_resident = resident ? 2 - softcap : 0;
+        check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == want_resident && tb[FCL_BWD_DKDV].br == want &&
+                  tb[FCL_BWD_DQ].bc == want && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
+                  (resident || tb[FCL_BWD_DQ].local_bytes <= (48 << 10)),
+              "planner: compute capability %d.%d%s, %s backward head_dim 128%s: %d-row steps, kv_resident %d, %d-key "
+              "tiles (want %d, %d)",
+              c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
+              softcap ? ", a softcap" : "", rh == 0 ? tb[FCL_BWD_DKDV].br : 0,
+              rh == 0 ? tb[FCL_BWD_DKDV].kv_resident : -1, rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, want_resident);
+      }
     }
   }
 }
@@ -763,7 +768,7 @@ static void backward_planner_cases(void) {
             !strstr(t[0].reason, "FLASHCL_BACKWARD_SHAPE") && !strstr(t[1].reason, "FLASHCL_BACKWARD_SHAPE"),
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",
         t[0].reason);
-  static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,2", "3,144,2,32",
+  static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,3", "3,144,2,32",
                                     "x", "", "3,16,2,32,", "3,16,2,32,1,1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     int shape[5] = {7, 7, 7, 7, 7};
@@ -792,6 +797,25 @@ static void backward_planner_cases(void) {
   r = fcl_plan_nvidia_backward(&h100, &ov, &p32, 0, NULL, t);
   check(r == 0 && !t[0].kv_resident, "backward planner, f32 head_dim 128, FLASHCL_BACKWARD_SHAPE=4,64,4,32,1: K and V "
         "read from global memory as ever");
+
+  /* kv_resident 2: FlashAttention-2's warp tiles besides (WARP2D, with its P^T / dS^T exchange tile of 64 x 72), only
+     with 4 warps, steps of a multiple of 32 rows and a padded head_dim of a multiple of 32; otherwise K and V stay
+     resident without them. */
+  check(fcl_parse_backward_shape("4,64,4,64,2", ov.backward_shape) == 0 && ov.backward_shape[4] == 2,
+        "FLASHCL_BACKWARD_SHAPE=4,64,4,64,2 parsed");
+  r = fcl_plan_nvidia_backward(&h100, &ov, &p, 0, NULL, t);
+  defs[0] = 0;
+  if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&p, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
+  check(r == 0 && t[0].kv_resident == 2 && t[0].local_bytes == ((4 * 64 + 2 * 64) * 136 + 64 * 72) * 2 + 4 * 64 * 4 &&
+            strstr(defs, "-DKV_RESIDENT=1 -DWARP2D=1") && strstr(t[0].reason, "warp tiles") && !t[1].kv_resident,
+        "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=4,64,4,64,2 on compute capability 9.0: warp tiles, "
+        "%zu B local: %s", t[0].local_bytes, t[0].reason);
+  check(fcl_parse_backward_shape("2,64,4,64,2", ov.backward_shape) == 0, "FLASHCL_BACKWARD_SHAPE=2,64,4,64,2 parsed");
+  r = fcl_plan_nvidia_backward(&h100, &ov, &p, 0, NULL, t);
+  defs[0] = 0;
+  if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&p, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
+  check(r == 0 && t[0].kv_resident == 1 && !strstr(defs, "WARP2D"),
+        "backward planner, FLASHCL_BACKWARD_SHAPE=2,64,4,64,2: 2 warps keep K and V resident without warp tiles");
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */

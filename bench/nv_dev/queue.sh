@@ -12,17 +12,45 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# 1. FlashAttention-2's warp tiles in the dK/dV kernel (bench/nv_dev/patches/bwd-warp-tiles.patch, notes v42), in
-#    one build: the patch's kernel in a copy of cl/ that takes the warp tiles wherever they apply (its WARP2D_FITS:
-#    f16 and bf16, K and V resident, 4 warps; the defaults at head_dim 64 and 128), timed against the tree through
-#    ab.sh's kernel folder mode, then the backward suites on it and NVIDIA's register figures of its shapes.
-#    Predicted 4-6% less time at head_dim 128, N = 4096. (The patch's planner part, which selects the warp tiles, lands with it.)
-w2=/tmp/warp2d
-rm -rf "$w2" && mkdir -p "$w2" && cp -r cl "$w2/" &&
-  awk '/^diff --git/ {keep = $3 ~ /^a\/cl\//} keep' bench/nv_dev/patches/bwd-warp-tiles.patch >"$w2/cl.patch" &&
-  (cd "$w2" && python3 "$OLDPWD/bench/nv_dev/apply_patch.py" cl.patch) &&
-  sed -i 's|^#ifndef WARP2D$|#if !defined(WARP2D) \&\& WARP2D_FITS\n#define WARP2D 1\n#endif\n&|' \
-    "$w2/cl/nvidia/flash_bwd_mma.cl" &&
-  ROWS=bench/nv_dev/ab_rows_warp2d.txt TESTS="backward sequences_backward" OUT=$out/warp2d BUDGET=$(($(left) - 10)) \
-    bash bench/nv_dev/ab.sh "$w2/cl" bench tests verbose 2>&1 | tail -40
-echo "== warp tiles, $(el) s"
+# The warp tiles of FlashAttention-2 in the dK/dV kernel (kv_resident 2, head_dim 128's default since v44), in one
+# build (build-gpu): STEPS (default "rows table suite") names which of these run, each only while enough is left.
+#   rows   bench/nv_dev/ab_rows_warp2d.txt at FLASHCL_BACKWARD_SHAPE=4,64,4,64,1 (K and V resident, no warp tiles)
+#          and 4,64,4,64,2 (the warp tiles), two rounds: median ms each (modifiers, head_dim 96, bf16 at 16384)
+#   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
+#   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
+steps=${STEPS:-rows table suite}
+{ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
+  >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "== built, $(el) s"
+export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
+bench1() { # SHAPE ARGS...: median ms of one flashcl-bench row at FLASHCL_BACKWARD_SHAPE=SHAPE ("forced" when taken)
+  local shape=$1; shift
+  FLASHCL_BACKWARD_SHAPE=$shape timeout 90 build-gpu/tools/flashcl-bench --json --device "$FLASHCL_TEST_DEVICE" "$@" \
+    2>>"$out/bench.err" | python3 -c '
+import json, sys
+r = next((json.loads(l) for l in sys.stdin if l.startswith("{")), None)
+if not r or r.get("status") != "ok": print("failed"); sys.exit()
+print("%.4g%s" % (r["median_ms"], " (forced)" if "_SHAPE)" in r.get("plan", "") else ""))'
+}
+if [[ " $steps " == *" rows "* ]]; then
+  while IFS= read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    [ "$(left)" -lt 200 ] && { echo "rows: stopped, $(left) s left"; break; }
+    res=""
+    for r in 1 2; do res+=" resident $(bench1 4,64,4,64,1 $line) warp tiles $(bench1 4,64,4,64,2 $line) |"; done
+    echo "$line:$res" | tee -a "$out/rows.txt"
+  done <bench/nv_dev/ab_rows_warp2d.txt
+  echo "== rows, $(el) s"
+fi
+if [[ " $steps " == *" table "* ]] && [ "$(left)" -gt 150 ]; then
+  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
+    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim 64,128 --causal both \
+    --seqlen 1024,4096,16384 >"$out/table_backward.txt" 2>"$out/table_backward.err"
+  tail -32 "$out/table_backward.txt"
+  echo "== table, $(el) s"
+fi
+if [[ " $steps " == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
+  (cd build-gpu && timeout $(($(left) - 10)) ctest -j 14 -E oclgrind -LE tools --timeout 200 >"$out/ctest.log" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/ctest.log" | tail -25
+  echo "== suite, $(el) s"
+fi

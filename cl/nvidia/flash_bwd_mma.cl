@@ -83,6 +83,19 @@ typedef ushort elem_t;
 #define PT (BN / KSTEP) /* k steps over the streamed rows */
 #define OT (DP / 8)     /* n8 tiles of the gradient accumulators */
 #define CH (DP / EPC)   /* 16-byte chunks in a row of a tile */
+/* WARP2D (with KV_RESIDENT, 4 warps): FlashAttention-2's warp tiles. The warps form two pairs by key half (warp & 1:
+   keys 32 (warp & 1) on); in S^T and dP^T a warp takes its pair's 32 keys against half the step's query rows
+   (warp >> 1), so an ldmatrix of Q or dO feeds two m16 tiles; P^T, then dS^T, go through local memory [BM][XS] to
+   the pair, and in dV and dK a warp takes the 32 keys against half the head's columns (warp >> 1). Fewer
+   ldmatrix reads a mma than 16 keys a warp (docs/notes-nvidia.md v42). */
+#define WARP2D_FITS (KV_RESIDENT && DTYPE != 0 && NW == 4 && BN % 32 == 0 && DP % 32 == 0) /* the shapes it takes */
+#ifndef WARP2D
+#define WARP2D 0
+#endif
+#if WARP2D && !WARP2D_FITS
+#error "flash_bwd_mma: WARP2D takes f16 or bf16, KV_RESIDENT, 4 warps, BN and DP multiples of 32"
+#endif
+#define XS (BN + 8) /* row stride of the P^T / dS^T exchange tile (WARP2D) */
 #if DP % KSTEP != 0 || BN % 16 != 0 || D > DP || DS % EPC != 0 || D % 8 != 0
 #error "flash_bwd_mma: inconsistent tile defines"
 #endif
@@ -134,7 +147,8 @@ inline void fcl_dot2(__global const store_t *q, __global const store_t *k, __glo
    B operand from rows that are the n dimension (no transpose): (n 0-7, k 0-7), (n 0-7, k 8-15),
    (n 8-15, k 0-7), (n 8-15, k 8-15) give b0 b1 of n8 tile 2i and b0 b1 of tile 2i+1. B operand from rows that
    are the k dimension (transposed): (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15). */
-#define A_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
+#define A_LANE_S(lane, stride) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * (stride) + ((lane) >> 4) * 8)
+#define A_LANE(lane) A_LANE_S(lane, DS)
 #define BN_LANE(lane) ((((lane) & 7) + ((lane) >> 4) * 8) * DS + (((lane) >> 3) & 1) * 8)
 #define BK_LANE(lane) ((((lane) & 7) + (((lane) >> 3) & 1) * 8) * DS + ((lane) >> 4) * 8)
 /* A tile as the products take it: its shared-window byte address; TILE_AT moves it by elements. */
@@ -200,6 +214,30 @@ FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) 
       MMA(acc[2 * np + 1], a[kt], b2, b3);
     }
 }
+
+#if WARP2D
+/* acc (two m16 tiles of keys, OT / 2 n8 tiles of columns each: acc[mt OT/2 + n]) += A (the pair's P^T or dS^T from
+   the exchange tile at a_addr, XS stride, A_LANE_S offsets) times the streamed tile at b_addr (rows are the k
+   dimension, read transposed, from the warp's first column): WARP2D's dV += P^T dO and dK += dS^T Q. */
+FCL_ALWAYS_INLINE void fcl_mma_ab_x(float acc[OT][4], uint a_addr, uint b_addr) {
+#pragma unroll
+  for (int kt = 0; kt < PT; ++kt) {
+    uint a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) LDSM_X4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], a_addr + (uint)((mt * 16 * XS + kt * 16) * 2));
+#pragma unroll
+    for (int np = 0; np < OT / 4; ++np) {
+      uint b0, b1, b2, b3;
+      LDSM_X4_T(b0, b1, b2, b3, b_addr + (uint)((kt * 16 * DS + np * 16) * 2));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        MMA(acc[mt * (OT / 2) + 2 * np], a[mt], b0, b1);
+        MMA(acc[mt * (OT / 2) + 2 * np + 1], a[mt], b2, b3);
+      }
+    }
+  }
+}
+#endif
 
 /* Accumulators s of n8 tiles 2i and 2i+1 packed into the m16k16 A fragment a[i]. */
 FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
@@ -346,7 +384,7 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
 #define KV_LOCAL (DTYPE != 0)
 #define KV_OVER_BOTH (KV_LOCAL && !KV_RESIDENT && BM > BN && BM <= 2 * BN)
 #define SMEM                                                                                       \
-  (KV_RESIDENT                   ? (4 * BN + 2 * BM) * DS                                          \
+  (KV_RESIDENT                   ? (4 * BN + 2 * BM) * DS + WARP2D * BM * XS                       \
    : !KV_LOCAL || KV_OVER_BOTH ? 4 * BN * DS                                                       \
                                : (2 * BN + (BM > BN ? 2 * BM : 2 * BN)) * DS)
 #define STEP_ELEMS (2 * BN * DS) /* one step buffer, Q and dO */
@@ -368,6 +406,9 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   /* over the second buffer (and beyond it when BM > BN), or after both (KV_RESIDENT) */
   __local elem_t *Ks = Qs + (1 + KV_RESIDENT) * STEP_ELEMS;
   __local elem_t *Vs = KV_OVER_BOTH ? Qs : Ks + BM * DS;
+#endif
+#if WARP2D
+  __local elem_t *Xs = Ks + 2 * BM * DS; /* P^T, then dS^T, of the step [BM][XS] */
 #endif
 
   const int lid = get_local_id(0);
@@ -428,6 +469,14 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 
   const float qk_scale = scale * FCL_LOG2E;
   const int wrow = warp * 16;
+  /* The warp's keys (from the block's first): MT m16 tiles from wkey. Its S^T and dP^T: those keys against SN n8
+     tiles of the step's query rows from wq (tile mt SN + i); its dK, dV accumulators: against OTW n8 tiles of
+     columns from wcol (accumulator mt OTW + i). */
+#define MT (1 + WARP2D)
+#define SN (NT / MT)
+#define OTW (OT / MT)
+  const int wkey = WARP2D ? (warp & 1) * 32 : wrow, wcol = WARP2D ? (warp >> 1) * (DP / 2) : 0;
+  const int wq = WARP2D ? (warp >> 1) * (BN / 2) : 0;
   const tile_ref q_n = TILE_REF(Qs + BN_LANE(lane)), o_n = TILE_REF(dOs + BN_LANE(lane));
   const tile_ref q_k = TILE_REF(Qs + BK_LANE(lane)), o_k = TILE_REF(dOs + BK_LANE(lane));
 
@@ -438,7 +487,12 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   const fcl_arows kf = {k + kbase + (long)kr0 * k_sn + t, k + kbase + (long)kr1 * k_sn + t};
   const fcl_arows vf = {v + vbase + (long)kr0 * v_sn + t, v + vbase + (long)kr1 * v_sn + t};
 #else
-  const tile_ref k_a = TILE_REF(Ks + wrow * DS + A_LANE(lane)), v_a = TILE_REF(Vs + wrow * DS + A_LANE(lane));
+  const tile_ref k_a = TILE_REF(Ks + wkey * DS + A_LANE(lane)), v_a = TILE_REF(Vs + wkey * DS + A_LANE(lane));
+#if WARP2D
+  const tile_ref x_a = TILE_REF(Xs + wkey * XS + A_LANE_S(lane, XS));
+  /* The pair (the two warps of the same keys) meets at named barrier 1 or 2. */
+#define PAIR_SYNC() asm volatile("bar.sync %0, 64;\n" ::"r"(1 + (warp & 1)) : "memory")
+#endif
 #if KV_RESIDENT
   /* The products read the warp's K and V fragments from the tiles at each step (fcl_mma_abt_l); the first step's
      wait and barrier cover the tiles' copies. */
@@ -467,9 +521,40 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
                                      at st = 0 the K, V tiles over it) */
     if (st + 1 < nsteps) STEP_LOAD(st + 1);
 
-    /* dP^T = V dO^T, then S^T = K Q^T (keys as rows, this step's query rows as columns). */
+    /* dP^T = V dO^T and S^T = K Q^T (keys as rows, this step's query rows as columns). With WARP2D the pair's 32
+       keys against the warp's half of the rows: each ldmatrix of Q or dO serves both m16 tiles of keys. */
     float dp[NT][4], s[NT][4];
-#if KV_RESIDENT
+#if WARP2D
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      uint ka[2][4], va[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        LDSM_X4(ka[mt][0], ka[mt][1], ka[mt][2], ka[mt][3], k_a + (uint)((mt * 16 * DS + kk * 16) * 2));
+        LDSM_X4(va[mt][0], va[mt][1], va[mt][2], va[mt][3], v_a + (uint)((mt * 16 * DS + kk * 16) * 2));
+      }
+#pragma unroll
+      for (int np = 0; np < SN / 2; ++np) {
+        uint b0, b1, b2, b3;
+        LDSM_X4(b0, b1, b2, b3, TILE_AT(q_n, boff + (wq + np * 16) * DS + kk * 16));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          MMA(s[mt * SN + 2 * np], ka[mt], b0, b1);
+          MMA(s[mt * SN + 2 * np + 1], ka[mt], b2, b3);
+        }
+        LDSM_X4(b0, b1, b2, b3, TILE_AT(o_n, boff + (wq + np * 16) * DS + kk * 16));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          MMA(dp[mt * SN + 2 * np], va[mt], b0, b1);
+          MMA(dp[mt * SN + 2 * np + 1], va[mt], b2, b3);
+        }
+      }
+    }
+#elif KV_RESIDENT
     fcl_mma_abt_l(dp, v_a, TILE_AT(o_n, boff));
     fcl_mma_abt_l(s, k_a, TILE_AT(q_n, boff));
 #else
@@ -493,8 +578,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = i * 8 + 2 * t + (e & 1);
-          const int key = k0 + wrow + g + (e >> 1) * 8;
+          const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
+          const int key = k0 + wkey + (i / SN) * 16 + g + (e >> 1) * 8;
           float p, ds;
           MMA_P_DS(p, ds, HMODS, s[i][e], dp[i][e], q0 + c, key, Ls[buf][c], Dl[buf][c]);
           s[i][e] = p;
@@ -506,12 +591,32 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = i * 8 + 2 * t + (e & 1);
+          const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
           const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));
           s[i][e] = p;
           dp[i][e] = p * (dp[i][e] - Dl[buf][c]);
         }
     }
+#if WARP2D
+    /* P^T to the exchange tile, dV += P^T dO over the step's rows (the pair's two halves of P^T), then dS^T in its
+       place once the pair has read P^T, and dK += dS^T Q. */
+#define X_STORE(x)                                                                                   \
+  do {                                                                                               \
+    _Pragma("unroll") for (int i = 0; i < NT; ++i) {                                                 \
+      __local elem_t *x_ = Xs + (wkey + (i / SN) * 16 + g) * XS + wq + (i % SN) * 8 + 2 * t;         \
+      STORE_PAIR(x_, x[i][0], x[i][1]);                                                              \
+      STORE_PAIR(x_ + 8 * XS, x[i][2], x[i][3]);                                                     \
+    }                                                                                                \
+  } while (0)
+    X_STORE(s);
+    PAIR_SYNC();
+    fcl_mma_ab_x(dv, x_a, TILE_AT(o_k, boff + wcol));
+    PAIR_SYNC();
+    X_STORE(dp);
+    PAIR_SYNC();
+    fcl_mma_ab_x(dk, x_a, TILE_AT(q_k, boff + wcol));
+#undef X_STORE
+#else
     uint pa[PT][PA_REGS], da[PT][PA_REGS];
     fcl_pack_a(pa, s);
     fcl_pack_a(da, dp);
@@ -519,21 +624,26 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     /* dV += P^T dO, dK += dS^T Q. */
     fcl_mma_ab(dv, pa, TILE_AT(o_k, boff));
     fcl_mma_ab(dk, da, TILE_AT(q_k, boff));
+#endif
   }
 
   /* Which of the lane's two key rows hold a non-finite accumulator (a NaN or inf reached them as 0 * x from a
      hidden entry, or from a visible one); the quad holds the row. */
-  int bad[2];
+  int bad[MT][2], any_bad = 0;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    bad[hr] = 0;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < OT; ++i)
-      bad[hr] |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
-                 fcl_nonfinite(dv[i][2 * hr + 1]);
-    bad[hr] |= as_int(fcl_shfl_xor1(as_float(bad[hr])));
-    bad[hr] |= as_int(fcl_shfl_xor2(as_float(bad[hr])));
-  }
+    for (int hr = 0; hr < 2; ++hr) {
+      int x = 0;
+#pragma unroll
+      for (int i = mt * OTW; i < (mt + 1) * OTW; ++i)
+        x |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
+             fcl_nonfinite(dv[i][2 * hr + 1]);
+      x |= as_int(fcl_shfl_xor1(as_float(x)));
+      x |= as_int(fcl_shfl_xor2(as_float(x)));
+      bad[mt][hr] = x;
+      any_bad |= x;
+    }
 
   /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item (f32: straight
      from the registers, 8 bytes a work-item, 32 bytes a quad); the accumulators end here (the recomputation
@@ -559,55 +669,58 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the tiles */
   const float ks = poisoned ? NAN : scale, vs = poisoned ? NAN : 1.0f;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int rl = wrow + g + hr * 8;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < OT; ++i)
-      OUT_KV(rl, i * 8 + 2 * t, dk[i][2 * hr] * ks, dk[i][2 * hr + 1] * ks, dv[i][2 * hr] * vs,
-             dv[i][2 * hr + 1] * vs);
-  }
+    for (int hr = 0; hr < 2; ++hr) {
+      const int rl = wkey + mt * 16 + g + hr * 8;
+#pragma unroll
+      for (int i = 0; i < OTW; ++i)
+        OUT_KV(rl, wcol + i * 8 + 2 * t, dk[mt * OTW + i][2 * hr] * ks, dk[mt * OTW + i][2 * hr + 1] * ks,
+               dv[mt * OTW + i][2 * hr] * vs, dv[mt * OTW + i][2 * hr + 1] * vs);
+    }
 
   /* Rows with a non-finite accumulator again in float32, over the same query rows of every head of the group,
      adding p dO and dS Q only where p != 0, as flash_bwd.cl does: slow, and taken only for non-finite inputs.
      Each lane rewrites its own columns of the row. */
-  if (fcl_warp_any(bad[0] | bad[1])) {
-    for (int hr = 0; hr < 2; ++hr) {
-      if (!bad[hr]) continue;
-      const int key = k0 + wrow + g + hr * 8, rl = wrow + g + hr * 8;
-      float fk[OT][2], fv[OT][2];
+  if (fcl_warp_any(any_bad)) {
+    for (int mt = 0; mt < MT; ++mt)
+      for (int hr = 0; hr < 2; ++hr) {
+        if (!bad[mt][hr]) continue;
+        const int key = k0 + wkey + mt * 16 + g + hr * 8, rl = wkey + mt * 16 + g + hr * 8;
+        float fk[OTW][2], fv[OTW][2];
 #pragma unroll
-      for (int i = 0; i < OT; ++i) fk[i][0] = fk[i][1] = fv[i][0] = fv[i][1] = 0.0f;
-      __global const store_t *kr = k + kbase + (long)key * k_sn, *vr = v + vbase + (long)key * v_sn;
-      /* A key beyond nk gets zero gradients. */
-      for (int hg = 0; hg < (poisoned || key >= nk ? 0 : group); ++hg) {
-        const int h = hk * group + hg;
-        fcl_mods rm;
-        FCL_MODS_INIT(rm, b, h, nq, nk);
-        __global const store_t *qh = q + qbase0 + h * q_sh, *oh = d_o + obase0 + h * o_sh;
-        const long lb = LBASE(h);
-        const int r_end = fcl_row_end(&rm, key, nq);
-        for (int row = fcl_row_begin(&rm, key); row < r_end; ++row) {
-          __global const store_t *qr = qh + (long)row * q_sn, *orow = oh + (long)row * o_sn;
-          float x, y;
-          fcl_dot2(qr, kr, orow, vr, &x, &y);
-          float p, ds;
-          MMA_P_DS(p, ds, &rm, x, y, row, key, lse[lb + row] * FCL_LOG2E, dvec[lb + row]);
-          if (p != 0.0f)
+        for (int i = 0; i < OTW; ++i) fk[i][0] = fk[i][1] = fv[i][0] = fv[i][1] = 0.0f;
+        __global const store_t *kr = k + kbase + (long)key * k_sn, *vr = v + vbase + (long)key * v_sn;
+        /* A key beyond nk gets zero gradients. */
+        for (int hg = 0; hg < (poisoned || key >= nk ? 0 : group); ++hg) {
+          const int h = hk * group + hg;
+          fcl_mods rm;
+          FCL_MODS_INIT(rm, b, h, nq, nk);
+          __global const store_t *qh = q + qbase0 + h * q_sh, *oh = d_o + obase0 + h * o_sh;
+          const long lb = LBASE(h);
+          const int r_end = fcl_row_end(&rm, key, nq);
+          for (int row = fcl_row_begin(&rm, key); row < r_end; ++row) {
+            __global const store_t *qr = qh + (long)row * q_sn, *orow = oh + (long)row * o_sn;
+            float x, y;
+            fcl_dot2(qr, kr, orow, vr, &x, &y);
+            float p, ds;
+            MMA_P_DS(p, ds, &rm, x, y, row, key, lse[lb + row] * FCL_LOG2E, dvec[lb + row]);
+            if (p != 0.0f)
 #pragma unroll
-            for (int i = 0; i < OT; ++i)
-              if (i * 8 + 2 * t < D) {
-                const int c = i * 8 + 2 * t;
-                fv[i][0] = fma(p, LOAD(orow, c), fv[i][0]);
-                fv[i][1] = fma(p, LOAD(orow, c + 1), fv[i][1]);
-                fk[i][0] = fma(ds, LOAD(qr, c), fk[i][0]);
-                fk[i][1] = fma(ds, LOAD(qr, c + 1), fk[i][1]);
-              }
+              for (int i = 0; i < OTW; ++i)
+                if (wcol + i * 8 + 2 * t < D) {
+                  const int c = wcol + i * 8 + 2 * t;
+                  fv[i][0] = fma(p, LOAD(orow, c), fv[i][0]);
+                  fv[i][1] = fma(p, LOAD(orow, c + 1), fv[i][1]);
+                  fk[i][0] = fma(ds, LOAD(qr, c), fk[i][0]);
+                  fk[i][1] = fma(ds, LOAD(qr, c + 1), fk[i][1]);
+                }
+          }
         }
-      }
 #pragma unroll
-      for (int i = 0; i < OT; ++i)
-        OUT_KV(rl, i * 8 + 2 * t, fk[i][0] * ks, fk[i][1] * ks, fv[i][0] * vs, fv[i][1] * vs);
-    }
+        for (int i = 0; i < OTW; ++i)
+          OUT_KV(rl, wcol + i * 8 + 2 * t, fk[i][0] * ks, fk[i][1] * ks, fv[i][0] * vs, fv[i][1] * vs);
+      }
   }
 #if KV_LOCAL
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -621,6 +734,10 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   }
 #endif
 #undef OUT_KV
+#undef PAIR_SYNC
+#undef MT
+#undef SN
+#undef OTW
 #undef LBASE
 #undef STEP_LOAD
 #undef HMODS
