@@ -383,8 +383,8 @@ static const nvidia_backward_default backward_defaults[] = {
        dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
     {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0}},
     /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
-       exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.6% faster without a modifier (a window included),
-       0.2-0.8% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
+       exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.3% faster without a modifier (a window included),
+       0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
     {.max_head_dim = 128, .dkdv = {4, 64, 2}, .dq = {4, 64, 0}, .two_a_unit = 1, .no_score_mods = 1},
     /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4

@@ -13,7 +13,8 @@ el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
 # The warp tiles of FlashAttention-2 in the dK/dV kernel (kv_resident 2, head_dim 128's default since v44), in one
-# build (build-gpu): STEPS (default "rows table suite") names which of these run, each only while enough is left.
+# build (build-gpu), as v44 ran them (nothing else waits for the GPU): STEPS (default "rows table suite") names which
+# of these run, each only while enough is left.
 #   rows   bench/nv_dev/ab_rows_warp2d.txt at FLASHCL_BACKWARD_SHAPE=4,64,4,64,1 (K and V resident, no warp tiles)
 #          and 4,64,4,64,2 (the warp tiles), two rounds: median ms each (modifiers, head_dim 96, bf16 at 16384)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
