@@ -12,14 +12,26 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# The warp tiles of FlashAttention-2 in the dK/dV kernel (kv_resident 2, head_dim 128's default since v44), in one
-# build (build-gpu), as v44 ran them (nothing else waits for the GPU): STEPS (default "rows table suite") names which
-# of these run, each only while enough is left.
+# STEPS (default "dq2") names which of these run, each only while enough is left:
+#   dq2    the dQ kernel with two m16 tiles of query rows a warp (bench/nv_dev/patches/bwd-dq-two-tiles.patch, notes
+#          v44, predicted 2-6% less backward time at head_dim 64): ab.sh's A/B of the patch, rows
+#          bench/nv_dev/ab_rows_dq_tiles.txt, then test_backward and test_sequences_backward on it with the two tiles
+#          forced (FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2) and test_variant.
+# The steps v44 ran for the warp tiles of FlashAttention-2 in the dK/dV kernel (kv_resident 2), in one build
+# (build-gpu):
 #   rows   bench/nv_dev/ab_rows_warp2d.txt at FLASHCL_BACKWARD_SHAPE=4,64,4,64,1 (K and V resident, no warp tiles)
 #          and 4,64,4,64,2 (the warp tiles), two rounds: median ms each (modifiers, head_dim 96, bf16 at 16384)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
-steps=${STEPS:-rows table suite}
+steps=${STEPS:-dq2}
+if [[ " $steps " == *" dq2 "* ]]; then
+  ROWS=bench/nv_dev/ab_rows_dq_tiles.txt TESTS="variant backward@4,128,4,64,1,2 sequences_backward@4,128,4,64,1,2" \
+    OUT=$out/dq2 BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles.patch bench tests \
+    2>&1 | tail -20
+  echo "== dq2, $(el) s"
+  steps=${steps/dq2/}
+  [ -z "${steps// /}" ] && exit 0
+fi
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built, $(el) s"
