@@ -637,24 +637,31 @@ static void large_local_cases(void) {
               resident64 ? ", K and V resident" : "");
       }
     }
-    /* f16 and bf16 at head_dim 128: K and V resident with FlashAttention-2's warp tiles (kv_resident 2), 64-row steps
-       and 64-key dQ tiles (112 and 68 KiB) where both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row
+    /* f16 and bf16 at head_dim 128: K and V resident (with FlashAttention-2's warp tiles, kv_resident 2: below), 64-row
+       steps and 64-key dQ tiles (112 and 68 KiB) where both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row
        steps and 32-key tiles within 48 KiB. */
     const int resident = !c[i].limited && c[i].block_local >= (227 << 10);
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
-      for (int softcap = 0; softcap < 2; ++softcap) {
-        fcl_problem ph = test_problem(128, (fcl_dtype)dt, c[i].nq, 0);
-        ph.softcap = softcap ? 30.0f : 0.0f; /* a score modifier: K and V resident without the warp tiles */
+      /* The warp tiles only without a score modifier (a sliding window and sinks are none) and at a padded head_dim
+         of 96 or 128 (head_dim 112 keeps K and V resident without them). */
+      static const char *const what[] = {"", ", a softcap", ", ALiBi", ", an f16 mask", ", a window and sinks", ""};
+      for (int m = 0; m < 6; ++m) {
+        fcl_problem ph = test_problem(m == 5 ? 112 : 128, (fcl_dtype)dt, c[i].nq, 0);
+        if (m == 1) ph.softcap = 30.0f;
+        if (m == 2) ph.alibi = (cl_mem)&ph;
+        if (m == 3) ph.mask = (cl_mem)&ph, ph.mask_dtype = FCL_DTYPE_F16;
+        if (m == 4) ph.wl = 16, ph.wr = 0, ph.sinks = (cl_mem)&ph;
         const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
-        const int want = resident ? 64 : 32, want_resident = resident ? 2 - softcap : 0;
+        const int want = resident ? 64 : 32, want_resident = !resident ? 0 : m == 0 || m == 4 ? 2 : 1;
         check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == want_resident && tb[FCL_BWD_DKDV].br == want &&
                   tb[FCL_BWD_DQ].bc == want && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
                   (resident || tb[FCL_BWD_DQ].local_bytes <= (48 << 10)),
-              "planner: compute capability %d.%d%s, %s backward head_dim 128%s: %d-row steps, kv_resident %d, %d-key "
+              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps, kv_resident %d, %d-key "
               "tiles (want %d, %d)",
-              c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
-              softcap ? ", a softcap" : "", rh == 0 ? tb[FCL_BWD_DKDV].br : 0,
-              rh == 0 ? tb[FCL_BWD_DKDV].kv_resident : -1, rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, want_resident);
+              c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt), (int)ph.d,
+              what[m],
+              rh == 0 ? tb[FCL_BWD_DKDV].br : 0, rh == 0 ? tb[FCL_BWD_DKDV].kv_resident : -1,
+              rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, want_resident);
       }
     }
   }
