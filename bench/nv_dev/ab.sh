@@ -8,7 +8,8 @@
 #   bench    the rows of $ROWS (default bench/nv_dev/ab_rows.txt; one flashcl-bench argument list a line, after
 #            optional NAME=VALUE settings; # starts a comment) on A and B in turn, two rounds: median ms each,
 #            and B's plan when a shape override was asked for ("forced" when it was taken)
-#   verbose  -cl-nv-verbose registers and spills of the backward's dK/dV shapes, as B builds them
+#   verbose  -cl-nv-verbose registers and spills of the backward's dK/dV shapes, as B builds them (VERBOSE_CFGS:
+#            other shapes, `;`-separated define sets of flash_bwd_mma.cl with their MMA_KIND)
 #   tests    on B: test_variant, test_backward (the planner's shapes, then FLASHCL_BACKWARD_SHAPE=4,16,4,32),
 #            test_sequences_backward, test_decode, test_sequences, test_forward (TESTS="NAME[@SHAPE] ..." for others)
 # Needs an OpenCL device whose name contains H200 (FLASHCL_TEST_DEVICE).
@@ -73,13 +74,13 @@ for step in "$@"; do
     verbose)
       [ "$(left)" -lt 40 ] && { summary+=$'\n'"verbose: skipped ($(left) s left)"; continue; }
       gcc -O2 -Iinclude bench/nv_dev/nvbuild.c -lOpenCL -o /tmp/ab-nvbuild >>"$out/build-b.log" 2>&1 || continue
-      # The dK/dV kernel's default shapes (src/plan_nvidia.c's backward_defaults, compute capability 9.0).
-      for cfg in "-DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=64 -DKV_RESIDENT=1" \
-                 "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=128 -DKV_RESIDENT=1" "-DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"; do
+      # The dK/dV kernel's default shapes (src/plan_nvidia.c's backward_defaults, compute capability 9.0), or VERBOSE_CFGS.
+      IFS=';' read -r -a cfgs <<<"${VERBOSE_CFGS:-"-DMMA_KIND=1 -DD=128 -DDP=128 -DDS=136 -DNW=4 -DBN=64 -DKV_RESIDENT=1 -DWARP2D=1;-DMMA_KIND=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=128 -DKV_RESIDENT=1;-DMMA_KIND=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"}"
+      for cfg in "${cfgs[@]}"; do
         for mods in "-DWINDOW=0" "-DWINDOW=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1" \
                     "-DWINDOW=2 -DSOFTCAP=1 -DALIBI=1 -DMASK=2 -DSINKS=1 -DVARLEN_Q=1 -DKV=1 -DSEQLENS_K=1"; do
           echo "== $cfg $mods" >>"$out/verbose.log"
-          (cd "$bt" && /tmp/ab-nvbuild "-cl-nv-verbose -DDTYPE=1 -DMMA_KIND=1 $cfg $mods" cl/common.cl cl/nvidia/ptx.cl \
+          (cd "$bt" && /tmp/ab-nvbuild "-cl-nv-verbose -DDTYPE=1 $cfg $mods" cl/common.cl cl/nvidia/ptx.cl \
             cl/nvidia/flash_bwd_mma.cl) 2>&1 | grep -iE "rc=|Used|spill|error" >>"$out/verbose.log"
         done
       done

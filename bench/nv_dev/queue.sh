@@ -16,7 +16,8 @@ left() { echo $((L - $(el))); }
 #   dq2    the dQ kernel with two m16 tiles of query rows a warp (bench/nv_dev/patches/bwd-dq-two-tiles.patch, notes
 #          v44, predicted 2-6% less backward time at head_dim 64): ab.sh's A/B of the patch, rows
 #          bench/nv_dev/ab_rows_dq_tiles.txt, then test_backward and test_sequences_backward on it with the two tiles
-#          forced (FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2) and test_variant.
+#          forced (FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2) and test_variant, and NVIDIA's registers of the dQ kernel at
+#          head_dim 64 with two tiles and one.
 # The steps v44 ran for the warp tiles of FlashAttention-2 in the dK/dV kernel (kv_resident 2), in one build
 # (build-gpu):
 #   rows   bench/nv_dev/ab_rows_warp2d.txt at FLASHCL_BACKWARD_SHAPE=4,64,4,64,1 (K and V resident, no warp tiles)
@@ -25,9 +26,10 @@ left() { echo $((L - $(el))); }
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 steps=${STEPS:-dq2}
 if [[ " $steps " == *" dq2 "* ]]; then
+  d64="-DMMA_KIND=2 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"
   ROWS=bench/nv_dev/ab_rows_dq_tiles.txt TESTS="variant backward@4,128,4,64,1,2 sequences_backward@4,128,4,64,1,2" \
-    OUT=$out/dq2 BUDGET=$(($(left) - 10)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles.patch bench tests \
-    2>&1 | tail -20
+    VERBOSE_CFGS="$d64 -DQT=2;$d64" OUT=$out/dq2 BUDGET=$(($(left) - 10)) \
+    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles.patch bench tests verbose 2>&1 | tail -30
   echo "== dq2, $(el) s"
   steps=${steps/dq2/}
   [ -z "${steps// /}" ] && exit 0
