@@ -354,9 +354,11 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
 
 /* ---- The tensor-core backward's default shapes (NVIDIA, compute capability 8.0 and above) ---- */
 
-/* warps (16 owned rows each: keys for dK/dV, query rows for dQ) and rows streamed per step. */
+/* warps (owned rows: 16 a warp, keys for dK/dV, query rows for dQ; 32 for dQ with two tiles) and rows streamed per
+   step. */
 typedef struct nvidia_backward_shape {
   int warps, streamed, kv_resident; /* kv_resident: the dK/dV kernel's K and V stay in local memory (KV_RESIDENT) */
+  int tiles;                        /* dQ: m16 tiles of query rows a warp (QT; 0 is 1) */
 } nvidia_backward_shape;
 
 /* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group as NVIDIA's
@@ -374,14 +376,16 @@ typedef struct nvidia_backward_default {
   int two_a_unit, no_mask, no_score_mods, above_head_dim;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
-    /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps,
-       64-key tiles (36 KiB). On an H100 at head_dim 64 3-5% faster than the next row not causal, 0-3% causal,
-       equal with a softcap; 2% slower at head_dim 32 and 62% slower with an f16 mask, which keep the next row
-       (docs/notes-nvidia.md v39, v40). */
-    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32},
+    /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps of
+       two m16 tiles of query rows (QT, 128 rows), 64-key tiles (36 KiB). On an H100 at head_dim 64 3-5% faster than
+       the next row not causal, 0-3% causal, equal with a softcap; 2% slower at head_dim 32 and 62% slower with an
+       f16 mask, which keep the next row (docs/notes-nvidia.md v39, v40). The two dQ tiles: 2-6% less backward time
+       than one (v45). */
+    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32},
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
-       dQ: 4 warps (64 query rows), 64-key tiles (36 KiB). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0}},
+       dQ: 4 warps of two m16 tiles (128 query rows), 64-key tiles (36 KiB); 3.3% less backward time than one tile with
+       an f16 mask (v45). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
+    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0, 2}},
     /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
        exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.3% faster without a modifier (a window included),
        0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
@@ -407,8 +411,8 @@ static const nvidia_backward_default backward_defaults_f32[] = {
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
    2 warps with 32-row steps, head_dim 128's default before v20). */
-static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32, 0}, {2, 16, 0}, {1, 16, 0}},
-                                                               {{4, 16, 0}, {2, 16, 0}, {1, 16, 0}}};
+static const nvidia_backward_shape backward_fallbacks[2][3] = {{{2, 32, 0, 1}, {2, 16, 0, 1}, {1, 16, 0, 1}},
+                                                               {{4, 16, 0, 1}, {2, 16, 0, 1}, {1, 16, 0, 1}}};
 
 /* Kernel `which`'s (FCL_BWD_*) plan fields and local memory for shape sh. */
 static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shape *sh, int which, fcl_tile_plan *t) {
@@ -428,8 +432,11 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
     /* FlashAttention-2's warp tiles take 4 warps and steps and padded head dims of multiples of 32. */
     if (t->kv_resident == 2 && (t->tr != 4 || t->br % 32 || t->dp % 32)) t->kv_resident = 1;
   } else {
-    t->br = t->tr * 16;    /* query rows owned */
-    t->bc = sh->streamed; /* key rows streamed per tile */
+    /* Two m16 tiles a warp (QT) take f16 or bf16 and a padded head_dim up to 64: each ldmatrix of K or V then
+       feeds both tiles' products, and their Q, dO and dQ fragments double (64 more registers at head_dim 64). */
+    t->rm = sh->tiles == 2 && p->dtype != FCL_DTYPE_F32 && t->dp <= 64 ? 2 : 1;
+    t->br = t->tr * 16 * t->rm; /* query rows owned */
+    t->bc = sh->streamed;       /* key rows streamed per tile */
   }
   t->local_bytes = fcl_nvidia_backward_local_bytes(t, which, (int)p->elem_size);
 }
@@ -477,7 +484,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core backward: scale must be positive and finite");
   if (p->block_table) DECLINE("tensor-core backward: paged K/V is not taken by the backward");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core backward: sequence too long");
-  /* The kernels form offsets within a tile (at most 64 rows) in 32 bits. */
+  /* The kernels form offsets within a tile (at most 128 rows) in 32 bits. */
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core backward: row stride above 2^22 elements");
   /* d_o, d_q, d_k, d_v share the strides and offsets of o, q, k, v. */
@@ -489,7 +496,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
   const nvidia_backward_default forced = {
-      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4]}, .dq = {bs[2], bs[3], 0}};
+      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4], 0}, .dq = {bs[2], bs[3], 0, bs[5]}};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
@@ -513,8 +520,8 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
                : t.kv_resident ? ", K and V in local memory" : "", t.local_bytes,
                took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     else
-      snprintf(t.reason, sizeof t.reason, "dQ %d warps x 16 query rows, %d-key tiles, %zu B local%s", t.tr, t.bc,
-               t.local_bytes, took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
+      snprintf(t.reason, sizeof t.reason, "dQ %d warps x %d query rows, %d-key tiles, %zu B local%s", t.tr,
+               16 * t.rm, t.bc, t.local_bytes, took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");
     out[which] = t;
   }
   return 0;

@@ -668,7 +668,8 @@ static void large_local_cases(void) {
 }
 
 /* The tensor-core backward's planner over the same made-up devices: f32 (3xTF32), f16 and bf16 at head_dim 64
-   and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory; declined, with a
+   and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory, dQ with two m16 tiles of
+   query rows a warp in f16 and bf16 up to head_dim 64; declined, with a
    reason, for head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
    capability 7.x, paged K/V, and too little local memory. */
 static void backward_planner_cases(void) {
@@ -684,11 +685,13 @@ static void backward_planner_cases(void) {
       for (int w = 0; w < 2 && ok; ++w)
         ok = t[w].variant == FCL_VARIANT_NVIDIA_BACKWARD && t[w].dp >= d && t[w].dp % kstep == 0 &&
              t[w].ds == t[w].dp + pad && t[w].wg == t[w].tr * 32 &&
-             (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 &&
+             (w == FCL_BWD_DKDV ? t[w].bc : t[w].br) == t[w].tr * 16 * t[w].rm &&
              (w == FCL_BWD_DKDV ? t[w].br : t[w].bc) % 16 == 0 &&
              t[w].local_bytes == fcl_nvidia_backward_local_bytes(&t[w], w, eb) &&
              t[w].local_bytes + 16 <= nv.local_mem_size && strlen(t[w].reason) > 0 &&
-             (dt != FCL_DTYPE_F32 || strstr(t[w].reason, "3xTF32") || w == FCL_BWD_DQ);
+             (dt != FCL_DTYPE_F32 || strstr(t[w].reason, "3xTF32") || w == FCL_BWD_DQ) &&
+             /* dQ: two m16 tiles of query rows a warp in f16 and bf16 up to head_dim 64, one elsewhere */
+             t[w].rm == (w == FCL_BWD_DQ && dt != FCL_DTYPE_F32 && d <= 64 ? 2 : 1);
       if (!ok || d == 64 || d == 128)
         check(ok, "backward planner: NVIDIA cc 9.0, %s head_dim %d: tensor cores, dK/dV %d keys x %d query rows (%zu B), "
               "dQ %d rows x %d keys (%zu B)", dtype_name((fcl_dtype)dt), d, t[0].bc, t[0].br, t[0].local_bytes, t[1].br,
@@ -764,7 +767,7 @@ static void backward_planner_cases(void) {
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=3,16,2,32: dK/dV %d warps, %d rows a step; dQ %d warps, "
         "%d-key tiles: %s",
         t[0].tr, t[0].br, t[1].tr, t[1].bc, t[0].reason);
-  int big[5];
+  int big[6];
   check(fcl_parse_backward_shape("8,128,8,128", big) == 0 && big[4] == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
   memcpy(ov.backward_shape, big, sizeof big);
   r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
@@ -776,9 +779,9 @@ static void backward_planner_cases(void) {
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",
         t[0].reason);
   static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,3", "3,144,2,32",
-                                    "x", "", "3,16,2,32,", "3,16,2,32,1,1"};
+                                    "x", "", "3,16,2,32,", "3,16,2,32,1,0", "3,16,2,32,1,3", "3,16,2,32,1,1,1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-    int shape[5] = {7, 7, 7, 7, 7};
+    int shape[6] = {7, 7, 7, 7, 7, 7};
     check(fcl_parse_backward_shape(bad[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_BACKWARD_SHAPE=\"%s\" refused, shape untouched", bad[i]);
   }
@@ -823,6 +826,28 @@ static void backward_planner_cases(void) {
   if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&p, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
   check(r == 0 && t[0].kv_resident == 1 && !strstr(defs, "WARP2D"),
         "backward planner, FLASHCL_BACKWARD_SHAPE=2,64,4,64,2: 2 warps keep K and V resident without warp tiles");
+
+  /* dq_tiles (the sixth value) 2: each dQ warp owns two m16 tiles of query rows (QT), 128 rows a work-group of 4
+     warps, only in f16 and bf16 at a padded head_dim up to 64; elsewhere one tile. */
+  check(fcl_parse_backward_shape("4,128,4,64,1,2", ov.backward_shape) == 0 && ov.backward_shape[5] == 2,
+        "FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2 parsed");
+  check(fcl_parse_backward_shape("4,128,4,64", ov.backward_shape) == 0 && ov.backward_shape[5] == 1,
+        "FLASHCL_BACKWARD_SHAPE=4,128,4,64: dq_tiles 1");
+  (void)fcl_parse_backward_shape("4,128,4,64,1,2", ov.backward_shape);
+  for (int dt = FCL_DTYPE_F32; dt <= FCL_DTYPE_BF16; ++dt)
+    for (int hd = 64; hd <= 128; hd += 64) {
+      const fcl_problem pq = test_problem(hd, (fcl_dtype)dt, 1000, 0);
+      r = fcl_plan_nvidia_backward(&h100, &ov, &pq, 0, NULL, t);
+      const int two = dt != FCL_DTYPE_F32 && hd == 64;
+      defs[0] = 0;
+      if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&pq, &t[1], FCL_BWD_DQ, "", defs, sizeof defs);
+      check(r == 0 && t[1].rm == (two ? 2 : 1) && t[1].br == (two ? 128 : 64) && t[1].bc == 64 &&
+                !strstr(defs, "-DQT=2") == !two && (!two || strstr(t[1].reason, "x 32 query rows")),
+            "backward planner, %s head_dim %d, FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2: dQ %d rows a work-group, %d m16 "
+            "tiles a warp (want %d): %s",
+            dtype_name((fcl_dtype)dt), hd, r == 0 ? t[1].br : 0, r == 0 ? t[1].rm : 0, two ? 2 : 1,
+            r == 0 ? t[1].reason : "declined");
+    }
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */

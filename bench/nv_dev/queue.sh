@@ -12,12 +12,38 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# The dQ kernel with two m16 tiles of query rows a warp (bench/nv_dev/patches/bwd-dq-two-tiles.patch, notes v44,
-# predicted 2-6% less backward time at head_dim 64): ab.sh's A/B of the patch, rows bench/nv_dev/ab_rows_dq_tiles.txt,
-# then test_variant, test_backward and test_sequences_backward on it with the two tiles forced
-# (FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2), and NVIDIA's registers of the dQ kernel at head_dim 64 with two tiles and one.
-d64="-DMMA_KIND=2 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64"
-ROWS=bench/nv_dev/ab_rows_dq_tiles.txt TESTS="variant backward@4,128,4,64,1,2 sequences_backward@4,128,4,64,1,2" \
-  VERBOSE_CFGS="$d64 -DQT=2;$d64" OUT=$out/dq2 BUDGET=$(($(left) - 10)) \
-  bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles.patch bench tests verbose 2>&1 | tail -30
-echo "== dq2, $(el) s"
+# The two-tile dQ kernel, the default at head_dim <= 64 in f16/bf16 since v45. STEPS (default "rows suite table fa2")
+# names which of these run, each only while enough of the call is left:
+#   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
+#          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
+#   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
+#   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
+#   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
+steps=" ${STEPS:-rows suite table fa2} "
+export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
+{ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
+  >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "== built, $(el) s"
+for dt in f16 bf16; do
+  [[ $steps == *" rows "* ]] && [ "$(left)" -gt 200 ] || break
+  DEVICE=$FLASHCL_TEST_DEVICE BUILD=build-gpu BACKWARD_DTYPE=$dt BACKWARD_ROWS="${BACKWARD_ROWS:-32 4096;32 16384}" \
+    BACKWARD_SHAPES="${BACKWARD_SHAPES:-4,64,4,64,0,1 4,64,4,64,0,2 default}" OUT=$out/rows \
+    bash bench/nv_dev/shapes.sh backward 2>&1 | grep "^backward" | tee -a "$out/rows.txt"
+done
+echo "== rows, $(el) s"
+if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
+  (cd build-gpu && timeout $(($(left) - 10)) ctest -j 14 -E oclgrind -LE tools --timeout 200 >"$out/ctest.log" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/ctest.log" | tail -25
+  echo "== suite, $(el) s"
+fi
+if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
+  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
+    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim 64,128 --causal both \
+    --seqlen 1024,4096,16384 >"$out/table_backward.txt" 2>"$out/table_backward.err"
+  tail -32 "$out/table_backward.txt"
+  echo "== table, $(el) s"
+fi
+if [[ $steps == *" fa2 "* ]] && [ "$(left)" -gt 90 ]; then
+  BUILD=build-gpu OUT=$out/fa2 timeout $(($(left) - 10)) bash bench/nv_dev/fa2_check.sh
+  echo "== fa2, $(el) s"
+fi

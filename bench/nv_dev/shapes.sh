@@ -12,7 +12,8 @@
 #   (or /tmp/nv_shapes).
 # Set FORWARD_SHAPES, BACKWARD_SHAPES, PORTABLE_SHAPES or DECODE_SHAPES (space-separated; "default" is the
 # planner's own; a decode shape SHAPE@N runs at N chunks) to time other shapes than the defaults' neighbours,
-# DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, FORWARD_ROWS="DTYPE,D,N;..." for other forward rows (B=4,
+# DECODE_ROWS="B,H,HKV,Q,N;..." for other decode rows, BACKWARD_ROWS="D N [FLAGS];..." for other backward rows (B=4, H=16,
+# BACKWARD_DTYPE, default f16; FLAGS: flashcl-bench's, --causal say), FORWARD_ROWS="DTYPE,D,N;..." for other forward rows (B=4,
 # H=16), DEVICE for another device than the H200, FLUSH_READ=1 to clear the cache before each decode run by reading
 # (flashcl-bench --flush-read, docs/notes-nvidia.md v27) rather than by writing.
 # The step `grid` times forward rows of any grid (GRID_ROWS="DTYPE,D,B,H,NQ,NK[,causal];...") at GRID_SHAPES_64 or
@@ -100,13 +101,14 @@ for step in "$@"; do
         done
       done ;;
     backward)
-      for row in "128 4096" "64 4096"; do
+      IFS=';' read -r -a brows <<<"${BACKWARD_ROWS:-128 4096;64 4096}"
+      for row in "${brows[@]}"; do
         set -- $row
-        if [ "$1" = 128 ]; then shapes=${BACKWARD_SHAPES:-"default 4,16,4,32 2,32,8,32 2,32,2,32"}
+        if [ "$1" -gt 64 ]; then shapes=${BACKWARD_SHAPES:-"default 4,16,4,32 2,32,8,32 2,32,2,32"}
         else shapes=${BACKWARD_SHAPES:-"default 4,32,4,64 4,64,8,64 4,64,2,64"}; fi
         for sh in $shapes; do
-          echo "backward ${BACKWARD_DTYPE:-f16} d=$1 N=$2 $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 --dtype ${BACKWARD_DTYPE:-f16} \
-            --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2)"
+          echo "backward ${BACKWARD_DTYPE:-f16} d=$1 N=$2 ${*:3} $sh | $(run FLASHCL_BACKWARD_SHAPE "$sh" ms --batch 4 --heads 16 \
+            --dtype ${BACKWARD_DTYPE:-f16} --head-dim "$1" --seqlen "$2" --layout bnhd --impl backward --iters 10 --warmup 2 "${@:3}")"
         done
       done ;;
     portable)

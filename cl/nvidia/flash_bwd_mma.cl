@@ -17,7 +17,7 @@
  *                                   dK += dS^T Q (no transpose through local memory, unlike FlashAttention-2,
  *                                   which computes S with queries as rows and reads P^T back with
  *                                   ldmatrix.trans). dK is scaled once at the end.
- *   MMA_KIND 2  flash_bwd_dq_mma    a work-group of NW warps owns BM = NW * 16 query rows of one (batch, head);
+ *   MMA_KIND 2  flash_bwd_dq_mma    a work-group of NW warps owns BM = NW * 16 QT query rows of one (batch, head);
  *                                   Q and dO fragments live in registers (loaded once), K and V tiles of BN
  *                                   keys stream through two local buffers (cp.async, tile j + 1 during tile
  *                                   j); S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K with dS packed in
@@ -66,7 +66,19 @@
 #endif
 
 #define WG (NW * 32)
-#define BM (NW * 16) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp */
+/* QT: the dQ kernel's m16 tiles of query rows a warp (1, or 2 with f16 and bf16 at a padded head_dim up to 64: each
+   ldmatrix of K or V then feeds both tiles' products, docs/notes-nvidia.md v44). The dQ kernel takes a tile's keys
+   in chunks of QN n8 tiles (QK k steps): the whole tile, or 16 keys with QT 2, so that S and dP of both m16 tiles
+   fit in registers. */
+#ifndef QT
+#define QT 1
+#endif
+#if QT != 1 && (QT != 2 || MMA_KIND != 2 || DTYPE == 0 || DP > 64)
+#error "flash_bwd_mma: QT 2 takes the dQ kernel, f16 or bf16, DP up to 64"
+#endif
+#define QN (QT > 1 ? 2 : NT)
+#define QK (QN * 8 / KSTEP)
+#define BM (NW * 16 * QT) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp (dQ: 16 QT) */
 #if DTYPE == 0
 typedef float elem_t; /* an element of a local tile */
 #define EPC 4         /* elements in 16 bytes */
@@ -104,7 +116,8 @@ typedef ushort elem_t;
    places the tiles (ptx.cl's KEY_PERM), with 64-key tiles or f32: there the runs took 4% (f16, head_dim 64) and
    1.6% (f32) off the masked backward on an H100, while 32-key f16 and bf16 tiles ran 0.6-1.1% slower with them
    (docs/notes-nvidia.md, v33). */
-#define KEY_PERM (MMA_KIND == 2 && MASK && MASK_VEC && NT % 4 == 0 && (NT % 8 == 0 || DTYPE == 0) && WINDOW != 2)
+#define KEY_PERM \
+  (MMA_KIND == 2 && QT == 1 && MASK && MASK_VEC && NT % 4 == 0 && (NT % 8 == 0 || DTYPE == 0) && WINDOW != 2)
 
 /* Rows r0.. of a [n][D] tensor (row stride sn) into a local tile [rows][DS], zero beyond n and D; no commit.
    The row offset within the tile fits an int (the host bounds the row stride by 2^22). With perm (the dQ
@@ -201,18 +214,27 @@ FCL_ALWAYS_INLINE void fcl_load_a(uint a[KT][4], uint a_addr) {
   for (int kk = 0; kk < KT; ++kk) LDSM_X4(a[kk][0], a[kk][1], a[kk][2], a[kk][3], a_addr + (uint)(kk * 32));
 }
 
-/* acc += A (fragments a over the BN streamed rows) times the streamed tile at b_addr (rows are the k dimension,
-   read transposed): dV += P^T dO, dK += dS^T Q, dQ += dS K. */
-FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
+/* acc[mt] += A[mt] (fragments a[mt QK + kt] over a chunk's QK k steps of streamed rows) times the streamed tile at
+   b_addr (rows are the k dimension, read transposed) for the QT m16 tiles, each B fragment serving all of them:
+   dV += P^T dO, dK += dS^T Q (QT 1, the chunk the whole step), dQ += dS K. */
+FCL_ALWAYS_INLINE void fcl_mma_ab_tiles(float (*acc)[OT][4], uint (*a)[4], uint b_addr) {
 #pragma unroll
-  for (int kt = 0; kt < PT; ++kt)
+  for (int kt = 0; kt < QK; ++kt)
 #pragma unroll
     for (int np = 0; np < OT / 2; ++np) {
       uint b0, b1, b2, b3;
       LDSM_X4_T(b0, b1, b2, b3, b_addr + (uint)((kt * 16 * DS + np * 16) * 2));
-      MMA(acc[2 * np], a[kt], b0, b1);
-      MMA(acc[2 * np + 1], a[kt], b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < QT; ++mt) {
+        MMA(acc[mt][2 * np], a[mt * QK + kt], b0, b1);
+        MMA(acc[mt][2 * np + 1], a[mt * QK + kt], b2, b3);
+      }
     }
+}
+
+/* The same for one m16 tile over the BN streamed rows (the dK/dV kernel, whose QT is 1 and chunk the whole step). */
+FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][4], uint b_addr) {
+  fcl_mma_ab_tiles((float(*)[OT][4])acc, a, b_addr);
 }
 
 #if WARP2D
@@ -239,10 +261,11 @@ FCL_ALWAYS_INLINE void fcl_mma_ab_x(float acc[OT][4], uint a_addr, uint b_addr) 
 }
 #endif
 
-/* Accumulators s of n8 tiles 2i and 2i+1 packed into the m16k16 A fragment a[i]. */
-FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][4], float s[NT][4]) {
+/* Accumulators s of n8 tiles 2i and 2i+1 packed into the m16k16 A fragment a[i], over a chunk's QK k steps (the
+   dK/dV kernel's: the whole step). */
+FCL_ALWAYS_INLINE void fcl_pack_a(uint a[QK][4], float s[QN][4]) {
 #pragma unroll
-  for (int kt = 0; kt < PT; ++kt) {
+  for (int kt = 0; kt < QK; ++kt) {
     a[kt][0] = fcl_pack2(s[2 * kt][0], s[2 * kt][1]);
     a[kt][1] = fcl_pack2(s[2 * kt][2], s[2 * kt][3]);
     a[kt][2] = fcl_pack2(s[2 * kt + 1][0], s[2 * kt + 1][1]);
@@ -343,7 +366,7 @@ FCL_ALWAYS_INLINE void fcl_mma_ab(float acc[OT][4], uint a[PT][PA_REGS], tile_re
 }
 
 /* Accumulators s of n8 tile kt as the A fragment of k step kt, split into TF32 parts (big in a[kt][0..3],
-   small in a[kt][4..7]). */
+   small in a[kt][4..7]), over the tile's PT k steps (QT is 1 in f32). */
 FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
 #pragma unroll
   for (int kt = 0; kt < PT; ++kt) {
@@ -750,7 +773,9 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
    d <= 64: 64-key tiles (36 KiB; 32 + 32 registers for S and dP); d <= 128: 32-key tiles (34 KiB; 64
    registers of Q and dO fragments, 64 of dQ accumulators, 16 + 16 for S and dP). 64-key tiles at d = 128
    would need 68 KiB double-buffered. f32 keeps Q's fragments (4 KT floats), reads its dO rows from global
-   memory at each use (fcl_arows) and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). */
+   memory at each use (fcl_arows) and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). With QT 2
+   (f16, bf16, d <= 64) a warp owns two m16 tiles (32 query rows) and takes each tile's keys in chunks of 16: each
+   ldmatrix of K or V feeds both m16 tiles' products, for 64 more registers of Q, dO and dQ fragments. */
 #define SMEM (4 * BN * DS > BM * DS ? 4 * BN * DS : BM * DS)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -801,8 +826,8 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     CP_ASYNC_COMMIT();
   }
 
-  const int wrow = warp * 16;
-  const int r0 = q0 + wrow + g, r1 = r0 + 8; /* the lane's two query rows */
+  const int wrow = warp * 16 * QT;
+  const int r0 = q0 + wrow + g, r1 = r0 + 8; /* the lane's two query rows of its first m16 tile (+ 16 mt after) */
 #if DTYPE == 0
   /* Q and dO rows from global memory (fcl_arows): dO's at each tile, Q's once, below. A row past nq reads row
      nq - 1 and takes lse +inf, so its P and dS are 0 (it is never written). */
@@ -829,40 +854,48 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #endif
     }
 #else
-  /* Q and dO fragments (m16k16, row-major A): a0 a1 row g, columns 2t, 2t+1; a2 a3 row g+8; a4..a7 the same
-     eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte boundary. Rows beyond nq
-     are zeros. */
-  uint qa[KT][4], oa[KT][4];
-  {
-    __global const store_t *p0 = q + qbase + (long)r0 * q_sn, *p1 = q + qbase + (long)r1 * q_sn;
-    __global const store_t *o0 = d_o + obase + (long)r0 * o_sn, *o1 = d_o + obase + (long)r1 * o_sn;
+  /* Q and dO fragments (m16k16, row-major A) of each of the warp's QT m16 tiles: a0 a1 row g, columns 2t, 2t+1; a2
+     a3 row g+8; a4..a7 the same eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte
+     boundary. Rows beyond nq are zeros. */
+  uint qa[QT][KT][4], oa[QT][KT][4];
+#pragma unroll
+  for (int mt = 0; mt < QT; ++mt) {
+    const int m0 = r0 + 16 * mt, m1 = r1 + 16 * mt;
+    __global const store_t *p0 = q + qbase + (long)m0 * q_sn, *p1 = q + qbase + (long)m1 * q_sn;
+    __global const store_t *o0 = d_o + obase + (long)m0 * o_sn, *o1 = d_o + obase + (long)m1 * o_sn;
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
-      qa[kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
-      qa[kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
-      qa[kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
-      qa[kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
-      oa[kk][0] = r0 < nq && c0 < D ? *(__global const uint *)(o0 + c0) : 0u;
-      oa[kk][1] = r1 < nq && c0 < D ? *(__global const uint *)(o1 + c0) : 0u;
-      oa[kk][2] = r0 < nq && c1 < D ? *(__global const uint *)(o0 + c1) : 0u;
-      oa[kk][3] = r1 < nq && c1 < D ? *(__global const uint *)(o1 + c1) : 0u;
+      qa[mt][kk][0] = m0 < nq && c0 < D ? *(__global const uint *)(p0 + c0) : 0u;
+      qa[mt][kk][1] = m1 < nq && c0 < D ? *(__global const uint *)(p1 + c0) : 0u;
+      qa[mt][kk][2] = m0 < nq && c1 < D ? *(__global const uint *)(p0 + c1) : 0u;
+      qa[mt][kk][3] = m1 < nq && c1 < D ? *(__global const uint *)(p1 + c1) : 0u;
+      oa[mt][kk][0] = m0 < nq && c0 < D ? *(__global const uint *)(o0 + c0) : 0u;
+      oa[mt][kk][1] = m1 < nq && c0 < D ? *(__global const uint *)(o1 + c0) : 0u;
+      oa[mt][kk][2] = m0 < nq && c1 < D ? *(__global const uint *)(o0 + c1) : 0u;
+      oa[mt][kk][3] = m1 < nq && c1 < D ? *(__global const uint *)(o1 + c1) : 0u;
     }
   }
   const float Ltail = 0.0f;
 #endif
-  /* The lane's two rows' lse (log2 units) and Dvec. */
-  float Lr[2], Dr[2];
-  Lr[0] = r0 < nq ? lse[lbase + r0] * FCL_LOG2E : Ltail;
-  Lr[1] = r1 < nq ? lse[lbase + r1] * FCL_LOG2E : Ltail;
-  Dr[0] = r0 < nq ? dvec[lbase + r0] : 0.0f;
-  Dr[1] = r1 < nq ? dvec[lbase + r1] : 0.0f;
+  /* The lane's rows' lse (log2 units) and Dvec: row r0 + 16 mt + 8 hr at [mt][hr]. */
+  float Lr[QT][2], Dr[QT][2];
+#pragma unroll
+  for (int mt = 0; mt < QT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = r0 + 16 * mt + 8 * hr;
+      Lr[mt][hr] = row < nq ? lse[lbase + row] * FCL_LOG2E : Ltail;
+      Dr[mt][hr] = row < nq ? dvec[lbase + row] : 0.0f;
+    }
 
-  float acc[OT][4];
+  float acc[QT][OT][4];
 #pragma unroll
-  for (int i = 0; i < OT; ++i)
+  for (int mt = 0; mt < QT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+    for (int i = 0; i < OT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][i][e] = 0.0f;
   const float qk_scale = scale * FCL_LOG2E;
   const tile_ref k_n = TILE_REF(Ks + BN_LANE(lane)), v_n = TILE_REF(Vs + BN_LANE(lane));
   const tile_ref k_k = TILE_REF(Ks + BK_LANE(lane));
@@ -879,138 +912,168 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       CP_ASYNC_COMMIT();
     }
 
-    /* dP = dO V^T, S = Q K^T. */
-    float dp[NT][4], s[NT][4];
+    /* The tile in chunks of QN n8 tiles of keys: one chunk of the whole tile, or with QT m16 tiles a warp chunks of
+       16 keys, so that S and dP of both tiles fit in registers beside their fragments. */
+#if QT > 1
+#pragma unroll 1 /* one chunk's fragments live at a time */
+#endif
+    for (int ch = 0; ch < NT / QN; ++ch) {
+      /* dP = dO V^T, S = Q K^T. */
+      float dp[QT][QN][4], s[QT][QN][4];
 #if DTYPE == 0
-    fcl_mma_abt_from(dp, oa, of, TILE_AT(v_n, boff));
-    fcl_mma_abt_from(s, qa, qf, TILE_AT(k_n, boff));
+      fcl_mma_abt_from(dp[0], oa, of, TILE_AT(v_n, boff));
+      fcl_mma_abt_from(s[0], qa, qf, TILE_AT(k_n, boff));
 #else
 #pragma unroll
-    for (int i = 0; i < NT; ++i)
+      for (int mt = 0; mt < QT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[i][e] = s[i][e] = 0.0f;
+        for (int i = 0; i < QN; ++i)
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk)
+          for (int e = 0; e < 4; ++e) dp[mt][i][e] = s[mt][i][e] = 0.0f;
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint b0, b1, b2, b3;
-        LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n, boff + np * 16 * DS + kk * 16));
-        MMA(dp[2 * np], oa[kk], b0, b1);
-        MMA(dp[2 * np + 1], oa[kk], b2, b3);
-        LDSM_X4(b0, b1, b2, b3, TILE_AT(k_n, boff + np * 16 * DS + kk * 16));
-        MMA(s[2 * np], qa[kk], b0, b1);
-        MMA(s[2 * np + 1], qa[kk], b2, b3);
-      }
-#endif
-
-    /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts take each
-       entry through the mask layer; whole tiles with modifiers take them without the visibility tests, below. */
-    if (fcl_tile_masked(&mods, q0, q_last, kc, BN, nk)) {
+      for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
-      for (int i = 0; i < NT; ++i)
+        for (int np = 0; np < QN / 2; ++np) {
+          const int at = boff + (ch * (QN / 2) + np) * 16 * DS + kk * 16;
+          uint b0, b1, b2, b3;
+          LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n, at));
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = q0 + wrow + g + (e >> 1) * 8;
-          const int col = kc + TILE_KEY(i, 2 * t + (e & 1));
-          float p, ds;
-          MMA_P_DS(p, ds, &mods, s[i][e], dp[i][e], row, col, Lr[e >> 1], Dr[e >> 1]);
-          s[i][e] = ds;
-        }
-    }
-#if SCORE_MODS
-    else {
-      /* A tile every row sees whole: softcap, ALiBi and the mask alone, each row's mask through one pointer a
-         tile, a pair of keys a load with MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM (as the
-         forward reads it). Rows past nq read row q_last's mask and, like a row that saw nothing (L = -inf), get
-         P = 0. */
+          for (int mt = 0; mt < QT; ++mt) {
+            MMA(dp[mt][2 * np], oa[mt][kk], b0, b1);
+            MMA(dp[mt][2 * np + 1], oa[mt][kk], b2, b3);
+          }
+          LDSM_X4(b0, b1, b2, b3, TILE_AT(k_n, at));
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int ri = min(hr ? r1 : r0, q_last);
-        const int live = (Lr[hr] != -INFINITY) & ((hr ? r1 : r0) < nq);
-#if MASK && KEY_PERM
-        __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * NT * t;
-        mask_pair_t mrun[NT];
-#pragma unroll
-        for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u)
-          fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
-#elif MASK
-        __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * t;
-#endif
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-#if MASK && KEY_PERM
-          const float2 mv = MASK_PAIR_VALUES(mrun[i]);
-#elif MASK
-          const float2 mv = MASK_PAIR(mrow + i * 8);
-#endif
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = 2 * hr + c;
-            const float t_ = fcl_softcap(&mods, s[i][e] * qk_scale);
-            float x = fcl_alibi(&mods, t_, ri, kc + TILE_KEY(i, 2 * t + c));
-#if MASK
-            x = fcl_add_mask(x, c ? mv.y : mv.x);
-#endif
-            const float p = select(0.0f, fcl_exp2(x - Lr[hr]), live);
-            const float u = t_ * mods.inv_cap;
-            s[i][e] = FCL_DS(p, dp[i][e], Dr[hr], u);
+          for (int mt = 0; mt < QT; ++mt) {
+            MMA(s[mt][2 * np], qa[mt][kk], b0, b1);
+            MMA(s[mt][2 * np + 1], qa[mt][kk], b2, b3);
           }
         }
-      }
-    }
-#else
-    else {
-#pragma unroll
-      for (int i = 0; i < NT; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = native_exp2(fma(s[i][e], qk_scale, -Lr[e >> 1]));
-          s[i][e] = p * (dp[i][e] - Dr[e >> 1]);
-        }
-    }
 #endif
-    uint da[PT][PA_REGS];
-    fcl_pack_a(da, s);
-    /* dQ += dS K. */
-    fcl_mma_ab(acc, da, TILE_AT(k_k, boff));
+
+      /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts take each
+         entry through the mask layer; whole tiles with modifiers take them without the visibility tests, below.
+         (The test after the products, as for one tile a warp: before them it cost clang's build registers.) */
+      const int masked = fcl_tile_masked(&mods, q0, q_last, kc, BN, nk);
+#pragma unroll
+      for (int mt = 0; mt < QT; ++mt) {
+        if (masked) {
+#pragma unroll
+          for (int i = 0; i < QN; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = r0 + 16 * mt + (e >> 1) * 8;
+              const int col = kc + TILE_KEY(ch * QN + i, 2 * t + (e & 1));
+              float p, ds;
+              MMA_P_DS(p, ds, &mods, s[mt][i][e], dp[mt][i][e], row, col, Lr[mt][e >> 1], Dr[mt][e >> 1]);
+              s[mt][i][e] = ds;
+            }
+        }
+#if SCORE_MODS
+        else {
+          /* A tile every row sees whole: softcap, ALiBi and the mask alone, each row's mask through one pointer a
+             tile, a pair of keys a load with MASK_PAIRS, a run of 2 NT keys by 16-byte loads with KEY_PERM (as the
+             forward reads it). Rows past nq read row q_last's mask and, like a row that saw nothing (L = -inf),
+             get P = 0. */
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int row = r0 + 16 * mt + 8 * hr, ri = min(row, q_last);
+            const int live = (Lr[mt][hr] != -INFINITY) & (row < nq);
+#if MASK && KEY_PERM
+            __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * NT * t;
+            mask_pair_t mrun[NT];
+#pragma unroll
+            for (int u = 0; u < NT / MASK_RUN_PAIRS; ++u)
+              fcl_mask_16(mrow + 2 * MASK_RUN_PAIRS * u, mrun + MASK_RUN_PAIRS * u);
+#elif MASK
+            __global const mask_t *mrow = mods.mask + (long)ri * mods.mask_sn + kc + 2 * t;
+#endif
+#pragma unroll
+            for (int i = 0; i < QN; ++i) {
+#if MASK && KEY_PERM
+              const float2 mv = MASK_PAIR_VALUES(mrun[ch * QN + i]);
+#elif MASK
+              const float2 mv = MASK_PAIR(mrow + (ch * QN + i) * 8);
+#endif
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int e = 2 * hr + c;
+                const float t_ = fcl_softcap(&mods, s[mt][i][e] * qk_scale);
+                float x = fcl_alibi(&mods, t_, ri, kc + TILE_KEY(ch * QN + i, 2 * t + c));
+#if MASK
+                x = fcl_add_mask(x, c ? mv.y : mv.x);
+#endif
+                const float p = select(0.0f, fcl_exp2(x - Lr[mt][hr]), live);
+                const float u = t_ * mods.inv_cap;
+                s[mt][i][e] = FCL_DS(p, dp[mt][i][e], Dr[mt][hr], u);
+              }
+            }
+          }
+        }
+#else
+        else {
+#pragma unroll
+          for (int i = 0; i < QN; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float p = native_exp2(fma(s[mt][i][e], qk_scale, -Lr[mt][e >> 1]));
+              s[mt][i][e] = p * (dp[mt][i][e] - Dr[mt][e >> 1]);
+            }
+        }
+#endif
+      }
+      uint da[QT * QK][PA_REGS];
+#pragma unroll
+      for (int mt = 0; mt < QT; ++mt) fcl_pack_a(da + mt * QK, s[mt]);
+      /* dQ += dS K (the chunk's keys), each fragment of K serving the QT tiles. */
+#if DTYPE == 0
+      fcl_mma_ab(acc[0], da, TILE_AT(k_k, boff));
+#else
+      fcl_mma_ab_tiles(acc, da, TILE_AT(k_k, boff + ch * QN * 8 * DS));
+#endif
+    }
   }
 
   /* Non-finite accumulators: the affected rows of the warp again in float32 over the same keys, adding dS K
      only where dS != 0, as flash_bwd.cl does. */
   int nonfinite = 0;
 #pragma unroll
-  for (int i = 0; i < OT; ++i)
+  for (int mt = 0; mt < QT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(acc[i][e]);
+    for (int i = 0; i < OT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) nonfinite |= fcl_nonfinite(acc[mt][i][e]);
   if (fcl_warp_any(nonfinite)) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      int bad = 0;
+    for (int mt = 0; mt < QT; ++mt)
 #pragma unroll
-      for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[i][2 * hr]) | fcl_nonfinite(acc[i][2 * hr + 1]);
-      bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
-      bad |= as_int(fcl_shfl_xor2(as_float(bad)));
-      const int row = q0 + wrow + g + hr * 8;
-      if (!bad || row >= nq) continue;
+      for (int hr = 0; hr < 2; ++hr) {
+        int bad = 0;
 #pragma unroll
-      for (int i = 0; i < OT; ++i) acc[i][2 * hr] = acc[i][2 * hr + 1] = 0.0f;
-      __global const store_t *qr = q + qbase + (long)row * q_sn, *orow = d_o + obase + (long)row * o_sn;
-      const float L = lse[lbase + row] * FCL_LOG2E, Dv = dvec[lbase + row];
-      for (int c = kv_begin; c < kv_end; ++c) {
-        __global const store_t *kr = kh + (long)c * k_sn;
-        float x, y;
-        fcl_dot2(qr, kr, orow, vh + (long)c * v_sn, &x, &y);
-        float p, ds;
-        MMA_P_DS(p, ds, &mods, x, y, row, c, L, Dv);
-        if (ds != 0.0f)
+        for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[mt][i][2 * hr]) | fcl_nonfinite(acc[mt][i][2 * hr + 1]);
+        bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
+        bad |= as_int(fcl_shfl_xor2(as_float(bad)));
+        const int row = r0 + 16 * mt + hr * 8;
+        if (!bad || row >= nq) continue;
 #pragma unroll
-          for (int i = 0; i < OT; ++i)
-            if (i * 8 + 2 * t < D) {
-              acc[i][2 * hr] = fma(ds, LOAD(kr, i * 8 + 2 * t), acc[i][2 * hr]);
-              acc[i][2 * hr + 1] = fma(ds, LOAD(kr, i * 8 + 2 * t + 1), acc[i][2 * hr + 1]);
-            }
+        for (int i = 0; i < OT; ++i) acc[mt][i][2 * hr] = acc[mt][i][2 * hr + 1] = 0.0f;
+        __global const store_t *qr = q + qbase + (long)row * q_sn, *orow = d_o + obase + (long)row * o_sn;
+        const float L = lse[lbase + row] * FCL_LOG2E, Dv = dvec[lbase + row];
+        for (int c = kv_begin; c < kv_end; ++c) {
+          __global const store_t *kr = kh + (long)c * k_sn;
+          float x, y;
+          fcl_dot2(qr, kr, orow, vh + (long)c * v_sn, &x, &y);
+          float p, ds;
+          MMA_P_DS(p, ds, &mods, x, y, row, c, L, Dv);
+          if (ds != 0.0f)
+#pragma unroll
+            for (int i = 0; i < OT; ++i)
+              if (i * 8 + 2 * t < D) {
+                acc[mt][i][2 * hr] = fma(ds, LOAD(kr, i * 8 + 2 * t), acc[mt][i][2 * hr]);
+                acc[mt][i][2 * hr + 1] = fma(ds, LOAD(kr, i * 8 + 2 * t + 1), acc[mt][i][2 * hr + 1]);
+              }
+        }
       }
-    }
   }
 
   /* dQ (scaled) through local memory, so the global writes are 16 bytes a work-item. */
@@ -1019,12 +1082,14 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   __local elem_t *Qs = Ks;
   const float qs = seq.bad ? NAN : scale;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int rl = wrow + g + hr * 8;
+  for (int mt = 0; mt < QT; ++mt)
 #pragma unroll
-    for (int i = 0; i < OT; ++i)
-      STORE_PAIR(Qs + rl * DS + i * 8 + 2 * t, acc[i][2 * hr] * qs, acc[i][2 * hr + 1] * qs);
-  }
+    for (int hr = 0; hr < 2; ++hr) {
+      const int rl = wrow + 16 * mt + g + hr * 8;
+#pragma unroll
+      for (int i = 0; i < OT; ++i)
+        STORE_PAIR(Qs + rl * DS + i * 8 + 2 * t, acc[mt][i][2 * hr] * qs, acc[mt][i][2 * hr + 1] * qs);
+    }
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int c = lid; c < BM * CH; c += WG) {
     const int r = c / CH, cc = c % CH;
