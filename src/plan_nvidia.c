@@ -369,23 +369,27 @@ typedef struct nvidia_backward_shape {
    both kernels' work-groups, beyond the 48 KiB NVIDIA's OpenCL reports, fit the device two a multiprocessor (by
    compute capability, fcl_nvidia_groups_per_unit), a `no_mask` row only for problems without an additive mask, a
    `no_score_mods` row only for problems whose scores go through no modifier (softcap, ALiBi or a mask), and a row
-   with `above_head_dim` only above that head_dim. The planner has declined head_dims above 128. */
+   with `above_head_dim` only above that head_dim. A row's two dQ tiles give way to one where a window (causal
+   included) hides keys from rows and there are at most `windowed_one_dq_tile` query rows: the dQ work-groups then
+   differ in work, and twice as many smaller ones even it out. The planner has declined head_dims above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
   int two_a_unit, no_mask, no_score_mods, above_head_dim;
+  int64_t windowed_one_dq_tile;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps of
        two m16 tiles of query rows (QT, 128 rows), 64-key tiles (36 KiB). On an H100 at head_dim 64 3-5% faster than
        the next row not causal, 0-3% causal, equal with a softcap; 2% slower at head_dim 32 and 62% slower with an
-       f16 mask, which keep the next row (docs/notes-nvidia.md v39, v40). The two dQ tiles: 2-6% less backward time
-       than one (v45). */
-    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32},
+       f16 mask, which keep the next row (docs/notes-nvidia.md v39, v40). The two dQ tiles: 1-6% less backward time
+       than one, but 2-3% more causal at 1024 rows (v45). */
+    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32,
+     .windowed_one_dq_tile = 1024},
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps of two m16 tiles (128 query rows), 64-key tiles (36 KiB); 3.3% less backward time than one tile with
        an f16 mask (v45). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0, 2}},
+    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0, 2}, .windowed_one_dq_tile = 1024},
     /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
        exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.3% faster without a modifier (a window included),
        0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
@@ -492,7 +496,9 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     DECLINE("tensor-core backward: rows of q, k, v and o must start on 16 bytes (offsets and strides multiples of %d)",
             16 / elem_bytes);
 
-  const nvidia_backward_default *first = backward_default(caps, p);
+  nvidia_backward_default chosen = *backward_default(caps, p);
+  if (fcl_problem_windowed(p) && p->nq <= chosen.windowed_one_dq_tile) chosen.dq.tiles = 1;
+  const nvidia_backward_default *first = &chosen;
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
   const nvidia_backward_default forced = {

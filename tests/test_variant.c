@@ -848,6 +848,22 @@ static void backward_planner_cases(void) {
             dtype_name((fcl_dtype)dt), hd, r == 0 ? t[1].br : 0, r == 0 ? t[1].rm : 0, two ? 2 : 1,
             r == 0 ? t[1].reason : "declined");
     }
+
+  /* The default: two dQ tiles at head_dim 64 but where a window (causal included) hides keys and there are at most
+     1024 query rows, where one tile's smaller work-groups even out their unequal work. */
+  static const struct {
+    int64_t n;
+    int causal, two;
+  } dq_rows[] = {{1024, 0, 1}, {1024, 1, 0}, {1025, 1, 1}, {4096, 1, 1}, {100, 1, 0}};
+  for (size_t i = 0; i < sizeof dq_rows / sizeof dq_rows[0]; ++i) {
+    fcl_problem pq = test_problem(64, FCL_DTYPE_F16, dq_rows[i].n, 0);
+    if (dq_rows[i].causal) pq.causal = 1, pq.wl = pq.nk, pq.wr = 0;
+    r = fcl_plan_nvidia_backward(&h100, &no_overrides, &pq, 0, NULL, t);
+    check(r == 0 && t[1].rm == (dq_rows[i].two ? 2 : 1),
+          "backward planner, f16 head_dim 64, N = %lld%s: %d dQ tiles a warp (want %d): %s", (long long)dq_rows[i].n,
+          dq_rows[i].causal ? ", causal" : "", r == 0 ? t[1].rm : 0, dq_rows[i].two ? 2 : 1,
+          r == 0 ? t[1].reason : "declined");
+  }
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */
