@@ -1,6 +1,6 @@
 /* Portable FlashAttention-2 backward: three kernels, one built per program (BWD_KIND selects it).
  *
- *   BWD_KIND 0  flash_bwd_pre   Dvec[row] = rowsum(dO * O), float32, one work-item per query row.
+ *   BWD_KIND 0  flash_bwd_pre   Dvec[row] = rowsum(dO * O), float32, `lanes` work-items per query row.
  *   BWD_KIND 1  flash_bwd_dkdv  one work-group owns BM = TR*RM key rows of one (batch, kv head) and keeps
  *                               K, V in local memory and dK, dV in registers; for each query head of the
  *                               kv head's group in order, it streams BN = TC*RN query rows of Q and dO,
@@ -40,16 +40,29 @@
 
 #if BWD_KIND == 0
 
+/* A row's `lanes` work-items (a power of two dividing the work-group, at most FCL_PRE_MAX_WG) read neighbouring
+   elements, so that a warp's loads cover whole rows rather than one element of 32 rows, and each sums the columns
+   c = lane (mod lanes); the row's first adds those partial sums in lane order, so Dvec is reproducible. */
+#define FCL_PRE_MAX_WG 256
 __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *dvec,
-                            long o_off, long o_sb, long o_sh, long o_sn, int num_heads, int nq) {
-  const int row = get_global_id(0);
+                            long o_off, long o_sb, long o_sh, long o_sn, int num_heads, int nq, int lanes) {
+  __local float part[FCL_PRE_MAX_WG];
+  const int lid = get_local_id(0), lane = lid % lanes;
+  const int row = get_group_id(0) * ((int)get_local_size(0) / lanes) + lid / lanes;
   const int h = get_global_id(1);
   const int b = get_global_id(2);
-  if (row >= nq) return;
-  const long base = o_off + b * o_sb + h * o_sh + row * o_sn;
   float acc = 0.0f;
-  for (int c = 0; c < D; ++c) acc = fma(LOAD(o, base + c), LOAD(d_o, base + c), acc);
-  dvec[((long)b * num_heads + h) * nq + row] = acc;
+  if (row < nq) {
+    const long base = o_off + b * o_sb + h * o_sh + row * o_sn;
+    for (int c = lane; c < D; c += lanes) acc = fma(LOAD(o, base + c), LOAD(d_o, base + c), acc);
+  }
+  part[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lane == 0 && row < nq) {
+    float sum = part[lid];
+    for (int i = 1; i < lanes; ++i) sum += part[lid + i];
+    dvec[((long)b * num_heads + h) * nq + row] = sum;
+  }
 }
 
 #elif BWD_KIND == 3

@@ -139,8 +139,18 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
     return st;
   /* Packed queries: the pre-pass runs over the total_q rows as one batch, which lays Dvec out as lse. */
   const int64_t pre_rows = p->cu_q ? p->total_q : p->nq, pre_batch = p->cu_q ? 1 : p->batch;
-  const cl_int pre_ints[2] = {(cl_int)p->heads, (cl_int)pre_rows};
-  for (int i = 0; i < 2; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
+  /* The pre-pass: work-groups of up to 256 work-items (a power of two; FCL_PRE_MAX_WG in flash_bwd.cl), `lanes` of
+     them a query row: up to 16, at most head_dim. */
+  size_t pre_wg = 0;
+  FCL_CL_CHECK(clGetKernelWorkGroupInfo(kernels[0], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pre_wg, &pre_wg,
+                                        NULL));
+  size_t pre_local = 256;
+  while (pre_local > 1 && (pre_local > ctx->caps.max_work_group_size || (pre_wg && pre_local > pre_wg))) pre_local /= 2;
+  size_t lanes = 16;
+  while (lanes > 1 && (lanes > pre_local || (int64_t)lanes > p->d)) lanes /= 2;
+  const size_t pre_row_groups = ((size_t)pre_rows + pre_local / lanes - 1) / (pre_local / lanes);
+  const cl_int pre_ints[3] = {(cl_int)p->heads, (cl_int)pre_rows, (cl_int)lanes};
+  for (int i = 0; i < 3; ++i) FCL_CL_CHECK(clSetKernelArg(kernels[0], a++, sizeof(cl_int), &pre_ints[i]));
   a = 0;
   const cl_mem dkdv_bufs[8] = {q, k, v, d_o, lse, workspace, d_k, d_v};
   if ((st = set_buffers(kernels[1], &a, dkdv_bufs, 8)) || (st = fcl_set_problem_args(kernels[1], &a, p))) return st;
@@ -156,16 +166,7 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
     if ((st = fcl_set_sequence_args(kernels[3], &a, p))) return st;
   }
 
-  /* The pre-pass: one work-item per query row, in groups of up to 64. */
-  size_t pre_wg = 0;
-  FCL_CL_CHECK(clGetKernelWorkGroupInfo(kernels[0], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pre_wg, &pre_wg,
-                                        NULL));
-  size_t pre_local = 64;
-  if (pre_local > ctx->caps.max_work_group_size) pre_local = ctx->caps.max_work_group_size;
-  if (pre_wg && pre_local > pre_wg) pre_local = pre_wg;
-  if (pre_local < 1) pre_local = 1;
-  const size_t pre_global[3] = {((size_t)pre_rows + pre_local - 1) / pre_local * pre_local, (size_t)p->heads,
-                                (size_t)pre_batch};
+  const size_t pre_global[3] = {pre_row_groups * pre_local, (size_t)p->heads, (size_t)pre_batch};
   const size_t pre_lsize[3] = {pre_local, 1, 1};
 
   const fcl_tile_plan *kv = &plans[FCL_BWD_DKDV], *qp = &plans[FCL_BWD_DQ];
