@@ -358,7 +358,7 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
    step. */
 typedef struct nvidia_backward_shape {
   int warps, streamed, kv_resident; /* kv_resident: the dK/dV kernel's K and V stay in local memory (KV_RESIDENT) */
-  int tiles;                        /* dQ: m16 tiles of query rows a warp (QT; 0 is 1) */
+  int tiles;                        /* dQ: m16 tiles of query rows a warp (QT), 1 or 2; 1 for dK/dV */
 } nvidia_backward_shape;
 
 /* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group as NVIDIA's
@@ -384,33 +384,33 @@ static const nvidia_backward_default backward_defaults[] = {
        the next row not causal, 0-3% causal, equal with a softcap; 2% slower at head_dim 32 and 62% slower with an
        f16 mask, which keep the next row (docs/notes-nvidia.md v39, v40). The two dQ tiles: 1-6% less backward time
        than one, but 2-3% more causal at 1024 rows (v45). */
-    {.max_head_dim = 64, .dkdv = {4, 128, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1, .above_head_dim = 32,
-     .windowed_one_dq_tile = 1024},
+    {.max_head_dim = 64, .dkdv = {4, 128, 1, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1,
+     .above_head_dim = 32, .windowed_one_dq_tile = 1024},
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps of two m16 tiles (128 query rows), 64-key tiles (36 KiB); 3.3% less backward time than one tile with
        an f16 mask (v45). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {.max_head_dim = 64, .dkdv = {4, 64, 0}, .dq = {4, 64, 0, 2}, .windowed_one_dq_tile = 1024},
+    {.max_head_dim = 64, .dkdv = {4, 64, 0, 1}, .dq = {4, 64, 0, 2}, .windowed_one_dq_tile = 1024},
     /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
        exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.3% faster without a modifier (a window included),
        0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
-    {.max_head_dim = 128, .dkdv = {4, 64, 2}, .dq = {4, 64, 0}, .two_a_unit = 1, .no_score_mods = 1},
+    {.max_head_dim = 128, .dkdv = {4, 64, 2, 1}, .dq = {4, 64, 0, 1}, .two_a_unit = 1, .no_score_mods = 1},
     /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4
        warps, 64-key tiles (68 KiB). On an H100 8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md
        v38). */
-    {.max_head_dim = 128, .dkdv = {4, 64, 1}, .dq = {4, 64, 0}, .two_a_unit = 1},
+    {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 64, 0, 1}, .two_a_unit = 1},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {.max_head_dim = 128, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}},
+    {.max_head_dim = 128, .dkdv = {4, 32, 0, 1}, .dq = {4, 32, 0, 1}},
 };
 static const nvidia_backward_default backward_defaults_f32[] = {
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB of step buffers); dQ: 4 warps, 32-key tiles (34 KiB). */
-    {.max_head_dim = 64, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}},
+    {.max_head_dim = 64, .dkdv = {4, 32, 0, 1}, .dq = {4, 32, 0, 1}},
     /* 32-row steps and 32-key tiles (66.5 and 66 KiB): each K or V fragment a warp reads and splits serves twice
        the products of 16: on an H100 20% faster than the next row (docs/notes-nvidia.md v37). */
-    {.max_head_dim = 128, .dkdv = {4, 32, 0}, .dq = {4, 32, 0}, .two_a_unit = 1},
+    {.max_head_dim = 128, .dkdv = {4, 32, 0, 1}, .dq = {4, 32, 0, 1}, .two_a_unit = 1},
     /* 16-row steps and 16-key tiles (33 KiB each). */
-    {.max_head_dim = 128, .dkdv = {4, 16, 0}, .dq = {4, 16, 0}},
+    {.max_head_dim = 128, .dkdv = {4, 16, 0, 1}, .dq = {4, 16, 0, 1}},
 };
 
 /* Then smaller shapes for devices with less local memory, per kernel (FCL_BWD_*), in this order (dK/dV first
@@ -502,7 +502,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
   const nvidia_backward_default forced = {
-      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4], 0}, .dq = {bs[2], bs[3], 0, bs[5]}};
+      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4], 1}, .dq = {bs[2], bs[3], 0, bs[5]}};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
