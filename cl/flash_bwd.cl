@@ -40,13 +40,13 @@
 
 #if BWD_KIND == 0
 
-/* A row's `lanes` work-items (a power of two dividing the work-group, at most FCL_PRE_MAX_WG) read neighbouring
-   elements, so that a warp's loads cover whole rows rather than one element of 32 rows, and each sums the columns
-   c = lane (mod lanes); the row's first adds those partial sums in lane order, so Dvec is reproducible. */
-#define FCL_PRE_MAX_WG 256
+/* A row's `lanes` work-items (a power of two dividing the work-group of at most PRE_MAX_WG, a host define) read
+   neighbouring elements, so that a warp's loads cover whole rows rather than one element of 32 rows, and each sums
+   the columns c = lane (mod lanes); the row's first adds those partial sums in lane order, so Dvec is
+   reproducible. */
 __kernel void flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *dvec,
                             long o_off, long o_sb, long o_sh, long o_sn, int num_heads, int nq, int lanes) {
-  __local float part[FCL_PRE_MAX_WG];
+  __local float part[PRE_MAX_WG];
   const int lid = get_local_id(0), lane = lid % lanes;
   const int row = get_group_id(0) * ((int)get_local_size(0) / lanes) + lid / lanes;
   const int h = get_global_id(1);

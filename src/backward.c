@@ -20,6 +20,9 @@
    gradients. */
 static const fcl_variant *const backward_source = &fcl_variants[FCL_VARIANT_PORTABLE_BACKWARD];
 
+/* The pre-pass's largest work-group (its local array of partial sums, flash_bwd.cl). */
+#define PRE_MAX_WG 256
+
 size_t fcl_attention_backward_workspace_size(fcl_context *ctx, const fcl_attention_desc *desc) {
   if (!ctx) {
     fcl_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -95,7 +98,8 @@ fcl_status fcl_select_backward(fcl_context *ctx, const fcl_problem *p, fcl_tile_
                                size_t *dsinks_wg) {
   char defines[128], mods[160], why[sizeof plans[0].reason];
   fcl_modifier_defines(p, mods, sizeof mods);
-  snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d", (int)p->dtype, (int)p->d);
+  snprintf(defines, sizeof defines, "-DBWD_KIND=0 -DDTYPE=%d -DD=%d -DPRE_MAX_WG=%d", (int)p->dtype, (int)p->d,
+           PRE_MAX_WG);
   fcl_status st =
       fcl_get_kernel(ctx, backward_source->files, backward_source->num_files, "flash_bwd_pre", defines, &kernels[0]);
   if (st) return st;
@@ -139,12 +143,12 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
     return st;
   /* Packed queries: the pre-pass runs over the total_q rows as one batch, which lays Dvec out as lse. */
   const int64_t pre_rows = p->cu_q ? p->total_q : p->nq, pre_batch = p->cu_q ? 1 : p->batch;
-  /* The pre-pass: work-groups of up to 256 work-items (a power of two; FCL_PRE_MAX_WG in flash_bwd.cl), `lanes` of
-     them a query row: up to 16, at most head_dim. */
+  /* The pre-pass: work-groups of up to PRE_MAX_WG work-items (a power of two), `lanes` of them a query row: up to
+     16, at most head_dim. */
   size_t pre_wg = 0;
   FCL_CL_CHECK(clGetKernelWorkGroupInfo(kernels[0], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pre_wg, &pre_wg,
                                         NULL));
-  size_t pre_local = 256;
+  size_t pre_local = PRE_MAX_WG;
   while (pre_local > 1 && (pre_local > ctx->caps.max_work_group_size || (pre_wg && pre_local > pre_wg))) pre_local /= 2;
   size_t lanes = 16;
   while (lanes > 1 && (lanes > pre_local || (int64_t)lanes > p->d)) lanes /= 2;
