@@ -12,16 +12,25 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# Waiting (notes v46): the GPU suite, issue 14's table and FlashAttention-2's criterion on the pre-pass by lanes
-# (7a8d9fb), which ran only test_backward and test_sequences_backward there. STEPS (default "suite table fa2", with
-# `rows` as v45 ran it for the two-tile dQ kernel) names which of these run, each only while enough of the call is
-# left:
+# Waiting (notes v46): the dQ kernel on a side queue (bench/nv_dev/patches/bwd-side-queue.patch, predicted 1.5-3% less
+# backward time at N = 4096, more at 1024): ab.sh's A/B with rows bench/nv_dev/ab_rows_side_queue.txt and the suites
+# the queues touch on the patched tree; then the GPU suite, issue 14's table and FlashAttention-2's criterion on the
+# tree (the pre-pass by lanes, 7a8d9fb, ran only test_backward and test_sequences_backward there). STEPS (default
+# "side suite table fa2", with `rows` as v45 ran it for the two-tile dQ kernel) names which of these run, each only
+# while enough of the call is left:
+#   side   the side-queue A/B (its own builds under /tmp, ab.sh)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-suite table fa2} "
+steps=" ${STEPS:-side suite table fa2} "
+if [[ $steps == *" side "* ]]; then
+  ROWS=bench/nv_dev/ab_rows_side_queue.txt TESTS="backward sequences_backward events threads fallback" OUT=$out/side \
+    BUDGET=$(($(left) > 330 ? 300 : $(left) - 30)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-side-queue.patch \
+    bench tests 2>&1 | tail -16
+  echo "== side, $(el) s"
+fi
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
