@@ -148,8 +148,9 @@ static fcl_status enqueue_backward(fcl_context *ctx, cl_command_queue queue, con
   size_t pre_wg = 0;
   FCL_CL_CHECK(clGetKernelWorkGroupInfo(kernels[0], ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pre_wg, &pre_wg,
                                         NULL));
+  const size_t pre_limit = fcl_work_group_limit(&ctx->caps, pre_wg);
   size_t pre_local = PRE_MAX_WG;
-  while (pre_local > 1 && (pre_local > ctx->caps.max_work_group_size || (pre_wg && pre_local > pre_wg))) pre_local /= 2;
+  while (pre_local > 1 && pre_local > pre_limit) pre_local /= 2;
   size_t lanes = 16;
   while (lanes > 1 && (lanes > pre_local || (int64_t)lanes > p->d)) lanes /= 2;
   const size_t pre_row_groups = ((size_t)pre_rows + pre_local / lanes - 1) / (pre_local / lanes);

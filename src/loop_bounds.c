@@ -251,8 +251,9 @@ fcl_status fcl_backward_within_budget(const fcl_device_caps *caps, const fcl_pro
   if (dq_fit <= 0 || dq_tiles > dq_fit)
     return refuse(caps, "the backward's dQ kernel", "key", dq_tiles, dq->bc, dq_fit,
                   fcl_backward_loop_iterations(dq, FCL_BWD_DQ, 1, dq_tiles) + prefix);
-  /* The pre-pass: a loop of at most head_dim and one of at most 16 lanes per work-item (it reads no cu_seqlens). */
-  if ((uint64_t)p->d + 16 > caps->loop_budget)
+  /* The pre-pass: ceil(head_dim / lanes) iterations and lanes - 1 more for the row's first work-item, at most
+     head_dim in all since lanes <= head_dim (it reads no cu_seqlens). */
+  if ((uint64_t)p->d > caps->loop_budget)
     return fcl_fail(FCL_ERROR_UNSUPPORTED, "head_dim %lld exceeds the loop budget of %s (%llu iterations; %s)",
                     (long long)p->d, caps->device_name, caps->loop_budget, caps->quirk_detail);
   /* d_sinks: a work-item's share of each sequence's rows, then the reduction. */
