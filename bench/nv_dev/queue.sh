@@ -19,6 +19,10 @@ left() { echo $((L - $(el))); }
 # "side suite table fa2", with `rows` as v45 ran it for the two-tile dQ kernel) names which of these run, each only
 # while enough of the call is left:
 #   side   the side-queue A/B (its own builds under /tmp, ab.sh)
+#   dqlocal the dQ kernel's two tiles at head_dim 96-128 with Q and dO in local memory
+#          (bench/nv_dev/patches/bwd-dq-two-tiles-local.patch, predicted 3-5% less backward time at head_dim 128
+#          without a modifier): ab.sh's A/B (rows bench/nv_dev/ab_rows_dq_local.txt), the suites with the shape forced
+#          and NVIDIA's registers of the kernel (not in the default STEPS: `STEPS=dqlocal` in a call of its own)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
@@ -30,6 +34,14 @@ if [[ $steps == *" side "* ]]; then
     BUDGET=$(($(left) > 330 ? 300 : $(left) - 30)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-side-queue.patch \
     bench tests 2>&1 | tail -16
   echo "== side, $(el) s"
+fi
+if [[ $steps == *" dqlocal "* ]]; then
+  d128="-DMMA_KIND=2 -DD=128 -DDP=128 -DDS=136 -DNW=4"
+  ROWS=bench/nv_dev/ab_rows_dq_local.txt OUT=$out/dqlocal BUDGET=$(($(left) - 20)) \
+    TESTS="variant backward@4,64,4,32,2,2 sequences_backward@4,64,4,32,2,2" \
+    VERBOSE_CFGS="$d128 -DBN=32 -DQT=2;$d128 -DBN=64 -DQT=2;$d128 -DBN=64" \
+    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles-local.patch bench tests verbose 2>&1 | tail -30
+  echo "== dqlocal, $(el) s"
 fi
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
