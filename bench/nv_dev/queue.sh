@@ -20,8 +20,8 @@ left() { echo $((L - $(el))); }
 # while enough of the call is left:
 #   side   the side-queue A/B (its own builds under /tmp, ab.sh)
 #   dqlocal the dQ kernel's two tiles at head_dim 96-128 with Q and dO in local memory
-#          (bench/nv_dev/patches/bwd-dq-two-tiles-local.patch, predicted 3-5% less backward time at head_dim 128
-#          without a modifier): ab.sh's A/B (rows bench/nv_dev/ab_rows_dq_local.txt), the suites with the shape forced
+#          (bench/nv_dev/patches/bwd-dq-two-tiles-local.patch, predicted 2-4% less backward time than the default at
+#          head_dim 128 without a modifier): ab.sh's A/B (rows bench/nv_dev/ab_rows_dq_local.txt), the suites with the shape forced
 #          and NVIDIA's registers of the kernel (not in the default STEPS: `STEPS=dqlocal` in a call of its own)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
