@@ -662,10 +662,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
       for (int i = mt * OTW; i < (mt + 1) * OTW; ++i)
         x |= fcl_nonfinite(dk[i][2 * hr]) | fcl_nonfinite(dk[i][2 * hr + 1]) | fcl_nonfinite(dv[i][2 * hr]) |
              fcl_nonfinite(dv[i][2 * hr + 1]);
-      x |= as_int(fcl_shfl_xor1(as_float(x)));
-      x |= as_int(fcl_shfl_xor2(as_float(x)));
-      bad[mt][hr] = x;
-      any_bad |= x;
+      bad[mt][hr] = fcl_quad_any(x);
+      any_bad |= bad[mt][hr];
     }
 
   /* dK (scaled) and dV into the K and V tiles, so the global writes are 16 bytes a work-item (f32: straight
@@ -1049,10 +1047,8 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         int bad = 0;
-#pragma unroll
-        for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[mt][i][2 * hr]) | fcl_nonfinite(acc[mt][i][2 * hr + 1]);
-        bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
-        bad |= as_int(fcl_shfl_xor2(as_float(bad)));
+        FCL_ROW_NONFINITE(bad, acc[mt], 0, OT, hr);
+        bad = fcl_quad_any(bad);
         const int row = r0 + 16 * mt + hr * 8;
         if (!bad || row >= nq) continue;
 #pragma unroll

@@ -792,10 +792,8 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         int bad = 0;
-#pragma unroll
-        for (int i = 0; i < OT; ++i) bad |= fcl_nonfinite(acc[mt][i][2 * hr]) | fcl_nonfinite(acc[mt][i][2 * hr + 1]);
-        bad |= as_int(fcl_shfl_xor1(as_float(bad))); /* the quad holds the row */
-        bad |= as_int(fcl_shfl_xor2(as_float(bad)));
+        FCL_ROW_NONFINITE(bad, acc[mt], 0, OT, hr);
+        bad = fcl_quad_any(bad);
         const int row = q0 + wrow + mt * 16 + g + hr * 8;
         if (!bad || row >= nrows) continue;
         __global const store_t *qr = q + ROW_OFF(row, q_sh, q_sn);
