@@ -347,8 +347,10 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
     const size_t exchange = p->kv_resident == 2 ? bc * (br + 8) : 0; /* WARP2D's P^T / dS^T tile [bc][br + 8] */
     return (rows * (size_t)p->ds + exchange) * (size_t)elem_bytes + 4 * br * sizeof(float);
   }
-  /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end. */
+  /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end; with two tiles a warp above a padded
+     head_dim of 64, Q and dO [br][ds] after them. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
+  if (p->rm > 1 && p->dp > 64) return (kv + 2 * o) * (size_t)elem_bytes;
   return (kv > o ? kv : o) * (size_t)elem_bytes;
 }
 
@@ -369,14 +371,16 @@ typedef struct nvidia_backward_shape {
    both kernels' work-groups, beyond the 48 KiB NVIDIA's OpenCL reports, fit the device two a multiprocessor (by
    compute capability, fcl_nvidia_groups_per_unit), a `no_mask` row only for problems without an additive mask, a
    `no_score_mods` row only for problems whose scores go through no modifier (softcap, ALiBi or a mask), and a row
-   with `above_head_dim` only above that head_dim. A row's two dQ tiles give way to one where a window (causal
-   included) hides keys from rows and there are at most `windowed_one_dq_tile` query rows: the dQ work-groups then
-   differ in work, and twice as many smaller ones even it out. The planner has declined head_dims above 128. */
+   with `above_head_dim` only above that head_dim. A row's two dQ tiles give way to `dq_windowed` (one tile) where
+   a window (causal included) hides keys from rows and there are at most `windowed_rows` query rows: the dQ
+   work-groups then differ in work, and twice as many smaller ones even it out. The planner has declined head_dims
+   above 128. */
 typedef struct nvidia_backward_default {
   int max_head_dim;
   nvidia_backward_shape dkdv, dq;
   int two_a_unit, no_mask, no_score_mods, above_head_dim;
-  int64_t windowed_one_dq_tile;
+  int64_t windowed_rows;
+  nvidia_backward_shape dq_windowed;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
     /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps of
@@ -385,19 +389,27 @@ static const nvidia_backward_default backward_defaults[] = {
        f16 mask, which keep the next row (docs/notes-nvidia.md v39, v40). The two dQ tiles: 1-6% less backward time
        than one, but 2-3% more causal at 1024 rows (v45). */
     {.max_head_dim = 64, .dkdv = {4, 128, 1, 1}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1,
-     .above_head_dim = 32, .windowed_one_dq_tile = 1024},
+     .above_head_dim = 32, .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},
     /* dK/dV: 4 warps (64 keys), 64-row steps (37 KiB: a Q, dO buffer 18 KiB, the second over K and V);
        dQ: 4 warps of two m16 tiles (128 query rows), 64-key tiles (36 KiB); 3.3% less backward time than one tile with
        an f16 mask (v45). Shapes timed on the H200: docs/notes-nvidia.md, v17. */
-    {.max_head_dim = 64, .dkdv = {4, 64, 0, 1}, .dq = {4, 64, 0, 2}, .windowed_one_dq_tile = 1024},
+    {.max_head_dim = 64, .dkdv = {4, 64, 0, 1}, .dq = {4, 64, 0, 2}, .windowed_rows = 1024,
+     .dq_windowed = {4, 64, 0, 1}},
     /* The next row with FlashAttention-2's warp tiles in the dK/dV kernel (WARP2D: pairs of warps share a P^T / dS^T
        exchange tile, 9 KiB more): on an H100 at head_dim 128 0.9-2.3% faster without a modifier (a window included),
-       0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). */
-    {.max_head_dim = 128, .dkdv = {4, 64, 2, 1}, .dq = {4, 64, 0, 1}, .two_a_unit = 1, .no_score_mods = 1},
+       0.2-0.7% at head_dim 96, but 1-10% slower with a softcap, ALiBi or a mask (docs/notes-nvidia.md v44). dQ as
+       in the next row. */
+    {.max_head_dim = 128, .dkdv = {4, 64, 2, 1}, .dq = {4, 32, 0, 2}, .two_a_unit = 1, .no_score_mods = 1,
+     .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},
     /* dK/dV: 4 warps (64 keys), 64-row steps, K and V kept in local memory after both step buffers (KV_RESIDENT,
-       103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; dQ: 4
-       warps, 64-key tiles (68 KiB). On an H100 8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md
-       v38). */
+       103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; on an H100
+       8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md v38). dQ: 4 warps of two m16 tiles (128
+       query rows) with Q and dO in local memory after two 32-key K and V buffers (102 KiB; QLOCAL): on an H100 at
+       head_dim 128 5-8% less backward time than the next row's one tile with 64-key tiles, which stays where a
+       window hides keys from at most 1024 query rows, and with a mask, whose lane-run loads take one tile (v47). */
+    {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 32, 0, 2}, .two_a_unit = 1, .no_mask = 1,
+     .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},
+    /* dQ: 4 warps, 64-key tiles (68 KiB). */
     {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 64, 0, 1}, .two_a_unit = 1},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
@@ -436,9 +448,10 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
     /* FlashAttention-2's warp tiles take 4 warps and steps and padded head dims of multiples of 32. */
     if (t->kv_resident == 2 && (t->tr != 4 || t->br % 32 || t->dp % 32)) t->kv_resident = 1;
   } else {
-    /* Two m16 tiles a warp (QT) take f16 or bf16 and a padded head_dim up to 64: each ldmatrix of K or V then
-       feeds both tiles' products, and their Q, dO and dQ fragments double (64 more registers at head_dim 64). */
-    t->rm = sh->tiles == 2 && p->dtype != FCL_DTYPE_F32 && t->dp <= 64 ? 2 : 1;
+    /* Two m16 tiles a warp (QT) take f16 or bf16: each ldmatrix of K or V then feeds both tiles' products, and
+       their Q, dO and dQ fragments double (64 more registers at head_dim 64); above a padded head_dim of 64 Q and
+       dO stay in local memory (QLOCAL), read in chunks of 32 keys, which takes key tiles of a multiple of 32. */
+    t->rm = sh->tiles == 2 && p->dtype != FCL_DTYPE_F32 && (t->dp <= 64 || sh->streamed % 32 == 0) ? 2 : 1;
     t->br = t->tr * 16 * t->rm; /* query rows owned */
     t->bc = sh->streamed;       /* key rows streamed per tile */
   }
@@ -488,7 +501,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   if (!(p->scale > 0.0f) || !isfinite(p->scale)) DECLINE("tensor-core backward: scale must be positive and finite");
   if (p->block_table) DECLINE("tensor-core backward: paged K/V is not taken by the backward");
   if (p->nq > INT32_MAX / 2 || p->nk > INT32_MAX / 2) DECLINE("tensor-core backward: sequence too long");
-  /* The kernels form offsets within a tile (at most 128 rows) in 32 bits. */
+  /* The kernels form offsets within a tile (at most 256 rows) in 32 bits. */
   if (p->q_stride[2] > (1 << 22) || p->k_stride[2] > (1 << 22) || p->v_stride[2] > (1 << 22) || p->o_stride[2] > (1 << 22))
     DECLINE("tensor-core backward: row stride above 2^22 elements");
   /* d_o, d_q, d_k, d_v share the strides and offsets of o, q, k, v. */
@@ -497,7 +510,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
             16 / elem_bytes);
 
   nvidia_backward_default chosen = *backward_default(caps, p);
-  if (fcl_problem_windowed(p) && p->nq <= chosen.windowed_one_dq_tile) chosen.dq.tiles = 1;
+  if (fcl_problem_windowed(p) && p->nq <= chosen.windowed_rows) chosen.dq = chosen.dq_windowed;
   const nvidia_backward_default *first = &chosen;
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;

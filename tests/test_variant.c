@@ -638,8 +638,8 @@ static void large_local_cases(void) {
       }
     }
     /* f16 and bf16 at head_dim 128: K and V resident (with FlashAttention-2's warp tiles, kv_resident 2: below), 64-row
-       steps and 64-key dQ tiles (112 and 68 KiB) where both fit two a unit (9.0 here; 8.0's 164 KiB holds one), else 32-row
-       steps and 32-key tiles within 48 KiB. */
+       steps and two dQ tiles a warp with 32-key tiles (112 and 102 KiB) where both fit two a unit (9.0 here; 8.0's
+       164 KiB holds one), else 32-row steps and 32-key tiles within 48 KiB. */
     const int resident = !c[i].limited && c[i].block_local >= (227 << 10);
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
       /* The warp tiles only without a score modifier (a sliding window and sinks are none) and at a padded head_dim
@@ -653,23 +653,28 @@ static void large_local_cases(void) {
         if (m == 4) ph.wl = 16, ph.wr = 0, ph.sinks = (cl_mem)&ph;
         const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
         const int want = resident ? 64 : 32, want_resident = !resident ? 0 : m == 0 || m == 4 ? 2 : 1;
+        /* dQ where both fit two a unit: two m16 tiles a warp, Q and dO in local memory, 32-key tiles; one tile and
+           64-key tiles with a mask and under a window with at most 1024 query rows. */
+        const int dq_one = (m == 4 && c[i].nq <= 1024) || m == 3, want_dq_rm = resident && !dq_one ? 2 : 1;
+        const int want_dq_bc = !resident ? 32 : dq_one ? 64 : 32;
         check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == want_resident && tb[FCL_BWD_DKDV].br == want &&
-                  tb[FCL_BWD_DQ].bc == want && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
+                  tb[FCL_BWD_DQ].bc == want_dq_bc && tb[FCL_BWD_DQ].rm == want_dq_rm &&
+                  (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident &&
                   (resident || tb[FCL_BWD_DQ].local_bytes <= (48 << 10)),
-              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps, kv_resident %d, %d-key "
-              "tiles (want %d, %d)",
+              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps, kv_resident %d, dQ %d-key "
+              "tiles x %d m16 tiles a warp (want %d, %d, %d x %d)",
               c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt), (int)ph.d,
-              what[m],
-              rh == 0 ? tb[FCL_BWD_DKDV].br : 0, rh == 0 ? tb[FCL_BWD_DKDV].kv_resident : -1,
-              rh == 0 ? tb[FCL_BWD_DQ].bc : 0, want, want_resident);
+              what[m], rh == 0 ? tb[FCL_BWD_DKDV].br : 0, rh == 0 ? tb[FCL_BWD_DKDV].kv_resident : -1,
+              rh == 0 ? tb[FCL_BWD_DQ].bc : 0, rh == 0 ? tb[FCL_BWD_DQ].rm : 0, want, want_resident, want_dq_bc,
+              want_dq_rm);
       }
     }
   }
 }
 
 /* The tensor-core backward's planner over the same made-up devices: f32 (3xTF32), f16 and bf16 at head_dim 64
-   and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory, dQ with two m16 tiles of
-   query rows a warp in f16 and bf16 up to head_dim 64; declined, with a
+   and 128 (and every multiple of 8 up to 128) with both kernels' tiles within local memory (48 KiB), dQ with two m16
+   tiles of query rows a warp in f16 and bf16 up to head_dim 64; declined, with a
    reason, for head_dim 256 or not a multiple of 8, unaligned rows, FCL_FLAG_PORTABLE_ONLY, other platforms, compute
    capability 7.x, paged K/V, and too little local memory. */
 static void backward_planner_cases(void) {
@@ -828,7 +833,8 @@ static void backward_planner_cases(void) {
         "backward planner, FLASHCL_BACKWARD_SHAPE=2,64,4,64,2: 2 warps keep K and V resident without warp tiles");
 
   /* dq_tiles (the sixth value) 2: each dQ warp owns two m16 tiles of query rows (QT), 128 rows a work-group of 4
-     warps, only in f16 and bf16 at a padded head_dim up to 64; elsewhere one tile. */
+     warps, only in f16 and bf16; above a padded head_dim of 64 with Q and dO in local memory (two [128][136] tiles
+     after K and V). */
   check(fcl_parse_backward_shape("4,128,4,64,1,2", ov.backward_shape) == 0 && ov.backward_shape[5] == 2,
         "FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2 parsed");
   check(fcl_parse_backward_shape("4,128,4,64", ov.backward_shape) == 0 && ov.backward_shape[5] == 1,
@@ -838,32 +844,57 @@ static void backward_planner_cases(void) {
     for (int hd = 64; hd <= 128; hd += 64) {
       const fcl_problem pq = test_problem(hd, (fcl_dtype)dt, 1000, 0);
       r = fcl_plan_nvidia_backward(&h100, &ov, &pq, 0, NULL, t);
-      const int two = dt != FCL_DTYPE_F32 && hd == 64;
+      const int two = dt != FCL_DTYPE_F32;
+      const size_t want_bytes = (size_t)(4 * 64 + (hd > 64 ? 2 * 128 : 0)) * (hd + 8) * 2;
       defs[0] = 0;
       if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&pq, &t[1], FCL_BWD_DQ, "", defs, sizeof defs);
       check(r == 0 && t[1].rm == (two ? 2 : 1) && t[1].br == (two ? 128 : 64) && t[1].bc == 64 &&
-                !strstr(defs, "-DQT=2") == !two && (!two || strstr(t[1].reason, "x 32 query rows")),
+                !strstr(defs, "-DQT=2") == !two && (!two || strstr(t[1].reason, "x 32 query rows")) &&
+                (!two || t[1].local_bytes == want_bytes),
             "backward planner, %s head_dim %d, FLASHCL_BACKWARD_SHAPE=4,128,4,64,1,2: dQ %d rows a work-group, %d m16 "
             "tiles a warp (want %d): %s",
             dtype_name((fcl_dtype)dt), hd, r == 0 ? t[1].br : 0, r == 0 ? t[1].rm : 0, two ? 2 : 1,
             r == 0 ? t[1].reason : "declined");
     }
 
-  /* The default: two dQ tiles at head_dim 64 but where a window (causal included) hides keys and there are at most
-     1024 query rows, where one tile's smaller work-groups even out their unequal work. */
+  /* Above a padded head_dim of 64 two tiles take key tiles of a multiple of 32 (the chunks their local Q and dO
+     fragments serve): 48-key tiles keep one tile at head_dim 128, not at 64. */
+  static const struct {
+    const char *shape;
+    int d, two;
+  } chunked[] = {{"4,64,4,32,2,2", 128, 1}, {"4,64,4,48,2,2", 128, 0}, {"4,64,4,48,1,2", 64, 1}};
+  for (size_t i = 0; i < sizeof chunked / sizeof chunked[0]; ++i) {
+    (void)fcl_parse_backward_shape(chunked[i].shape, ov.backward_shape);
+    const fcl_problem pq = test_problem(chunked[i].d, FCL_DTYPE_F16, 1000, 0);
+    r = fcl_plan_nvidia_backward(&h100, &ov, &pq, 0, NULL, t);
+    const size_t want = (size_t)(4 * t[1].bc + (chunked[i].two && chunked[i].d > 64 ? 2 * t[1].br : 0) > t[1].br
+                                     ? 4 * t[1].bc + (chunked[i].two && chunked[i].d > 64 ? 2 * t[1].br : 0)
+                                     : t[1].br) *
+                        (chunked[i].d + 8) * 2;
+    check(r == 0 && t[1].rm == (chunked[i].two ? 2 : 1) && t[1].local_bytes == want,
+          "backward planner, f16 head_dim %d, FLASHCL_BACKWARD_SHAPE=%s: %d dQ tiles a warp (want %d): %s",
+          chunked[i].d, chunked[i].shape, r == 0 ? t[1].rm : 0, chunked[i].two ? 2 : 1,
+          r == 0 ? t[1].reason : "declined");
+  }
+
+  /* The default: two dQ tiles at head_dim 64 and 128 but where a window (causal included) hides keys and there are at
+     most 1024 query rows, where one tile's smaller work-groups even out their unequal work; at head_dim 128 two
+     tiles take 32-key tiles and one 64-key tiles. */
   static const struct {
     int64_t n;
     int causal, two;
   } dq_rows[] = {{1024, 0, 1}, {1024, 1, 0}, {1025, 1, 1}, {4096, 1, 1}, {100, 1, 0}};
-  for (size_t i = 0; i < sizeof dq_rows / sizeof dq_rows[0]; ++i) {
-    fcl_problem pq = test_problem(64, FCL_DTYPE_F16, dq_rows[i].n, 0);
-    if (dq_rows[i].causal) pq.causal = 1, pq.wl = pq.nk, pq.wr = 0;
-    r = fcl_plan_nvidia_backward(&h100, &no_overrides, &pq, 0, NULL, t);
-    check(r == 0 && t[1].rm == (dq_rows[i].two ? 2 : 1),
-          "backward planner, f16 head_dim 64, N = %lld%s: %d dQ tiles a warp (want %d): %s", (long long)dq_rows[i].n,
-          dq_rows[i].causal ? ", causal" : "", r == 0 ? t[1].rm : 0, dq_rows[i].two ? 2 : 1,
-          r == 0 ? t[1].reason : "declined");
-  }
+  for (int hd = 64; hd <= 128; hd += 64)
+    for (size_t i = 0; i < sizeof dq_rows / sizeof dq_rows[0]; ++i) {
+      fcl_problem pq = test_problem(hd, FCL_DTYPE_F16, dq_rows[i].n, 0);
+      if (dq_rows[i].causal) pq.causal = 1, pq.wl = pq.nk, pq.wr = 0;
+      r = fcl_plan_nvidia_backward(&h100, &no_overrides, &pq, 0, NULL, t);
+      const int want_bc = hd == 128 && dq_rows[i].two ? 32 : 64;
+      check(r == 0 && t[1].rm == (dq_rows[i].two ? 2 : 1) && t[1].bc == want_bc,
+            "backward planner, f16 head_dim %d, N = %lld%s: %d dQ tiles a warp, %d-key tiles (want %d, %d): %s", hd,
+            (long long)dq_rows[i].n, dq_rows[i].causal ? ", causal" : "", r == 0 ? t[1].rm : 0, r == 0 ? t[1].bc : 0,
+            dq_rows[i].two ? 2 : 1, want_bc, r == 0 ? t[1].reason : "declined");
+    }
 }
 
 /* The variant fcl_describe_plan names for a contiguous (or offset) problem on ctx. */

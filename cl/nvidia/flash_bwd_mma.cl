@@ -18,7 +18,8 @@
  *                                   which computes S with queries as rows and reads P^T back with
  *                                   ldmatrix.trans). dK is scaled once at the end.
  *   MMA_KIND 2  flash_bwd_dq_mma    a work-group of NW warps owns BM = NW * 16 QT query rows of one (batch, head);
- *                                   Q and dO fragments live in registers (loaded once), K and V tiles of BN
+ *                                   Q and dO fragments live in registers (loaded once; with QT 2 above DP 64
+ *                                   Q and dO rows in local memory instead, QLOCAL), K and V tiles of BN
  *                                   keys stream through two local buffers (cp.async, tile j + 1 during tile
  *                                   j); S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K with dS packed in
  *                                   registers as the A operand and K read with ldmatrix.trans.
@@ -66,17 +67,23 @@
 #endif
 
 #define WG (NW * 32)
-/* QT: the dQ kernel's m16 tiles of query rows a warp (1, or 2 with f16 and bf16 at a padded head_dim up to 64: each
-   ldmatrix of K or V then feeds both tiles' products, docs/notes-nvidia.md v44). The dQ kernel takes a tile's keys
-   in chunks of QN n8 tiles (QK k steps): the whole tile, or 16 keys with QT 2, so that S and dP of both m16 tiles
-   fit in registers. */
+/* QT: the dQ kernel's m16 tiles of query rows a warp (1, or 2 with f16 and bf16: each ldmatrix of K or V then feeds
+   both tiles' products, docs/notes-nvidia.md v44). Up to a padded head_dim of 64 both tiles' Q and dO fragments stay
+   in registers; above it (QLOCAL) the Q and dO rows stay in local memory and each chunk reads their fragments with
+   ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v46). The dQ kernel takes a tile's keys
+   in chunks of QN n8 tiles (QK k steps): the whole tile, or with QT 2 16 keys (32 with QLOCAL, over which each Q
+   and dO fragment read serves), so that S and dP of both m16 tiles fit in registers. */
 #ifndef QT
 #define QT 1
 #endif
-#if QT != 1 && (QT != 2 || MMA_KIND != 2 || DTYPE == 0 || DP > 64)
-#error "flash_bwd_mma: QT 2 takes the dQ kernel, f16 or bf16, DP up to 64"
+#if QT != 1 && (QT != 2 || MMA_KIND != 2 || DTYPE == 0 || DP > 128)
+#error "flash_bwd_mma: QT 2 takes the dQ kernel, f16 or bf16, DP up to 128"
 #endif
-#define QN (QT > 1 ? 2 : NT)
+#define QLOCAL (QT > 1 && DP > 64)
+#if QLOCAL && BN % 32 != 0
+#error "flash_bwd_mma: QT 2 above DP 64 takes key tiles of a multiple of 32"
+#endif
+#define QN (QT > 1 ? (QLOCAL ? 4 : 2) : NT)
 #define QK (QN * 8 / KSTEP)
 #define BM (NW * 16 * QT) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp (dQ: 16 QT) */
 #if DTYPE == 0
@@ -767,14 +774,19 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 #elif MMA_KIND == 2
 
 /* Local memory: K and V [2][BN][DS] (the tile's buffer and the next one's); at the end the dQ tile [BM][DS].
-   Q and dO fragments stay in registers (2 KT 4 each). Tile shapes (plan_nvidia.c): 4 warps (64 query rows);
-   d <= 64: 64-key tiles (36 KiB; 32 + 32 registers for S and dP); d <= 128: 32-key tiles (34 KiB; 64
-   registers of Q and dO fragments, 64 of dQ accumulators, 16 + 16 for S and dP). 64-key tiles at d = 128
-   would need 68 KiB double-buffered. f32 keeps Q's fragments (4 KT floats), reads its dO rows from global
-   memory at each use (fcl_arows) and takes 32-key tiles at d <= 64 (34 KiB), 16 at d <= 128 (33 KiB). With QT 2
-   (f16, bf16, d <= 64) a warp owns two m16 tiles (32 query rows) and takes each tile's keys in chunks of 16: each
-   ldmatrix of K or V feeds both m16 tiles' products, for 64 more registers of Q, dO and dQ fragments. */
+   Q and dO fragments stay in registers (2 KT 4 each; 64 registers at d = 128 beside 64 of dQ accumulators and
+   S and dP of the tile). Tile shapes (plan_nvidia.c): 4 warps; 64-key tiles (36 KiB at d <= 64, 68 KiB at d <= 128
+   where two work-groups fit a multiprocessor), 32-key tiles within 48 KiB. f32 keeps Q's fragments (4 KT floats),
+   reads its dO rows from global memory at each use (fcl_arows) and takes 32-key tiles at d <= 64 (34 KiB), 16 or 32
+   at d <= 128. With QT 2 (f16, bf16) a warp owns two m16 tiles (32 query rows) and takes each tile's keys in chunks
+   of 16 (d <= 64: 64 more registers of Q, dO and dQ fragments) or, with QLOCAL (d > 64), of 32, Q and dO [BM][DS]
+   then kept in local memory after K and V (102 KiB with 32-key tiles at d = 128) and read by ldmatrix a k step a
+   chunk: each ldmatrix of K or V feeds both m16 tiles' products. */
+#if QLOCAL
+#define SMEM (4 * BN * DS + 2 * BM * DS) /* then Q and dO [BM][DS] each */
+#else
 #define SMEM (4 * BN * DS > BM * DS ? 4 * BN * DS : BM * DS)
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __global const store_t *v,
@@ -818,6 +830,14 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   const int kv_begin = FCL_BLOCK_KEY_BEGIN(&mods, q0);
   const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, q_last, nk);
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
+#if QLOCAL
+  /* The block's Q and dO rows, zeros past nq, with the first K/V tile (the loop's first wait covers them). */
+  __local elem_t *Qls = Vs + 2 * BN * DS, *Ols = Qls + BM * DS;
+  if (ntiles > 0) {
+    fcl_load_rows(Qls, q + qbase, q_sn, q0, BM, nq, lid, 0);
+    fcl_load_rows(Ols, d_o + obase, o_sn, q0, BM, nq, lid, 0);
+  }
+#endif
   if (ntiles > 0) {
     fcl_load_rows(Ks, kh, k_sn, kv_begin, BN, nk, lid, KEY_PERM);
     fcl_load_rows(Vs, vh, v_sn, kv_begin, BN, nk, lid, KEY_PERM);
@@ -855,6 +875,10 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   /* Q and dO fragments (m16k16, row-major A) of each of the warp's QT m16 tiles: a0 a1 row g, columns 2t, 2t+1; a2
      a3 row g+8; a4..a7 the same eight columns on. Pairs are 4-byte aligned because every row starts on a 16-byte
      boundary. Rows beyond nq are zeros. */
+#if QLOCAL
+  /* The warp's rows' A fragments in the local Q and dO tiles (ldmatrix, A_LANE offsets), tile mt 16 rows on. */
+  const tile_ref q_a = TILE_REF(Qls + wrow * DS + A_LANE(lane)), o_a = TILE_REF(Ols + wrow * DS + A_LANE(lane));
+#else
   uint qa[QT][KT][4], oa[QT][KT][4];
 #pragma unroll
   for (int mt = 0; mt < QT; ++mt) {
@@ -874,6 +898,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
       oa[mt][kk][3] = m1 < nq && c1 < D ? *(__global const uint *)(o1 + c1) : 0u;
     }
   }
+#endif
   const float Ltail = 0.0f;
 #endif
   /* The lane's rows' lse (log2 units) and Dvec: row r0 + 16 mt + 8 hr at [mt][hr]. */
@@ -911,7 +936,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
     }
 
     /* The tile in chunks of QN n8 tiles of keys: one chunk of the whole tile, or with QT m16 tiles a warp chunks of
-       16 keys, so that S and dP of both tiles fit in registers beside their fragments. */
+       16 keys (32 with QLOCAL), so that S and dP of both tiles fit in registers beside their fragments. */
 #if QT > 1
 #pragma unroll 1 /* one chunk's fragments live at a time */
 #endif
@@ -929,7 +954,20 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
           for (int e = 0; e < 4; ++e) dp[mt][i][e] = s[mt][i][e] = 0.0f;
 #pragma unroll
-      for (int kk = 0; kk < KT; ++kk)
+      for (int kk = 0; kk < KT; ++kk) {
+#if QLOCAL
+        uint qf[QT][4], of[QT][4]; /* this k step's fragments of both tiles, read once for the chunk's keys */
+#pragma unroll
+        for (int mt = 0; mt < QT; ++mt) {
+          LDSM_X4(of[mt][0], of[mt][1], of[mt][2], of[mt][3], TILE_AT(o_a, mt * 16 * DS + kk * 16));
+          LDSM_X4(qf[mt][0], qf[mt][1], qf[mt][2], qf[mt][3], TILE_AT(q_a, mt * 16 * DS + kk * 16));
+        }
+#define QFRAG(mt) qf[mt]
+#define OFRAG(mt) of[mt]
+#else
+#define QFRAG(mt) qa[mt][kk]
+#define OFRAG(mt) oa[mt][kk]
+#endif
 #pragma unroll
         for (int np = 0; np < QN / 2; ++np) {
           const int at = boff + (ch * (QN / 2) + np) * 16 * DS + kk * 16;
@@ -937,16 +975,19 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
           LDSM_X4(b0, b1, b2, b3, TILE_AT(v_n, at));
 #pragma unroll
           for (int mt = 0; mt < QT; ++mt) {
-            MMA(dp[mt][2 * np], oa[mt][kk], b0, b1);
-            MMA(dp[mt][2 * np + 1], oa[mt][kk], b2, b3);
+            MMA(dp[mt][2 * np], OFRAG(mt), b0, b1);
+            MMA(dp[mt][2 * np + 1], OFRAG(mt), b2, b3);
           }
           LDSM_X4(b0, b1, b2, b3, TILE_AT(k_n, at));
 #pragma unroll
           for (int mt = 0; mt < QT; ++mt) {
-            MMA(s[mt][2 * np], qa[mt][kk], b0, b1);
-            MMA(s[mt][2 * np + 1], qa[mt][kk], b2, b3);
+            MMA(s[mt][2 * np], QFRAG(mt), b0, b1);
+            MMA(s[mt][2 * np + 1], QFRAG(mt), b2, b3);
           }
         }
+#undef QFRAG
+#undef OFRAG
+      }
 #endif
 
       /* dS in place of S (P is not needed further here). Tiles that a window or the sequence's end cuts take each
