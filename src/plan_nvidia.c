@@ -405,7 +405,7 @@ static const nvidia_backward_default backward_defaults[] = {
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; on an H100
        8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md v38). dQ: 4 warps of two m16 tiles (128
        query rows) with Q and dO in local memory after two 32-key K and V buffers (102 KiB; QLOCAL): on an H100 at
-       head_dim 128 5-8% less backward time than the next row's one tile with 64-key tiles, which stays where a
+       head_dim 128 4.6-7.6% less backward time than the next row's one tile with 64-key tiles, which stays where a
        window hides keys from at most 1024 query rows, and with a mask, whose lane-run loads take one tile (v47). */
     {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 32, 0, 2}, .two_a_unit = 1, .no_mask = 1,
      .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},

@@ -12,35 +12,22 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# Waiting (notes v46): the dQ kernel on a side queue (bench/nv_dev/patches/bwd-side-queue.patch, predicted 1.5-3% less
-# backward time at N = 4096, more at 1024): ab.sh's A/B with rows bench/nv_dev/ab_rows_side_queue.txt and the suites
-# the queues touch on the patched tree; then the GPU suite, issue 14's table and FlashAttention-2's criterion on the
-# tree (the pre-pass by lanes, 7a8d9fb, ran only test_backward and test_sequences_backward there). STEPS (default
-# "side suite table fa2", with `rows` as v45 ran it for the two-tile dQ kernel) names which of these run, each only
-# while enough of the call is left:
-#   side   the side-queue A/B (its own builds under /tmp, ab.sh)
-#   dqlocal the dQ kernel's two tiles at head_dim 96-128 with Q and dO in local memory
-#          (bench/nv_dev/patches/bwd-dq-two-tiles-local.patch, predicted 2-4% less backward time than the default at
-#          head_dim 128 without a modifier): ab.sh's A/B (rows bench/nv_dev/ab_rows_dq_local.txt), the suites with the shape forced
-#          and NVIDIA's registers of the kernel (not in the default STEPS: `STEPS=dqlocal` in a call of its own)
+# Waiting (notes v47): the dQ kernel's two m16 tiles at head_dim 65-128 (a74f324) landed on the A/B of a forced shape
+# against the defaults of the time; `dqlocal` times the landed defaults (A, the tree) against the one-tile planner rows
+# before them (B, bench/nv_dev/patches/bwd-dq-one-tile.patch), rows bench/nv_dev/ab_rows_dq_local_default.txt, with
+# the modifiers and head_dim 96 that the forced A/B compared only with one tile of 32 keys. Then the GPU suite, issue
+# 14's table and FlashAttention-2's criterion on the tree. STEPS (default "dqlocal suite table fa2", with `rows` as
+# v45 ran it for the two-tile dQ kernel) names which of these run, each only while enough of the call is left:
+#   dqlocal the A/B above (ab.sh; its own builds under /tmp)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-side suite table fa2} "
-if [[ $steps == *" side "* ]]; then
-  ROWS=bench/nv_dev/ab_rows_side_queue.txt TESTS="backward sequences_backward events threads fallback" OUT=$out/side \
-    BUDGET=$(($(left) > 330 ? 300 : $(left) - 30)) bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-side-queue.patch \
-    bench tests 2>&1 | tail -16
-  echo "== side, $(el) s"
-fi
+steps=" ${STEPS:-dqlocal suite table fa2} "
 if [[ $steps == *" dqlocal "* ]]; then
-  d128="-DMMA_KIND=2 -DD=128 -DDP=128 -DDS=136 -DNW=4"
-  ROWS=bench/nv_dev/ab_rows_dq_local.txt OUT=$out/dqlocal BUDGET=$(($(left) - 20)) \
-    TESTS="variant backward@4,64,4,32,2,2 sequences_backward@4,64,4,32,2,2" \
-    VERBOSE_CFGS="$d128 -DBN=32 -DQT=2;$d128 -DBN=64 -DQT=2;$d128 -DBN=64" \
-    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-two-tiles-local.patch bench tests verbose 2>&1 | tail -30
+  ROWS=bench/nv_dev/ab_rows_dq_local_default.txt OUT=$out/dqlocal BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
+    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-one-tile.patch bench 2>&1 | tail -14
   echo "== dqlocal, $(el) s"
 fi
 # The remaining steps run on the tree as it is, built once into build-gpu.
