@@ -867,10 +867,9 @@ static void backward_planner_cases(void) {
     (void)fcl_parse_backward_shape(chunked[i].shape, ov.backward_shape);
     const fcl_problem pq = test_problem(chunked[i].d, FCL_DTYPE_F16, 1000, 0);
     r = fcl_plan_nvidia_backward(&h100, &ov, &pq, 0, NULL, t);
-    const size_t want = (size_t)(4 * t[1].bc + (chunked[i].two && chunked[i].d > 64 ? 2 * t[1].br : 0) > t[1].br
-                                     ? 4 * t[1].bc + (chunked[i].two && chunked[i].d > 64 ? 2 * t[1].br : 0)
-                                     : t[1].br) *
-                        (chunked[i].d + 8) * 2;
+    /* Rows of [ds] elements: K and V [2][bc], reused for dQ [br]; two local tiles add Q and dO [br] each. */
+    const int kv = 4 * t[1].bc, local_q = chunked[i].two && chunked[i].d > 64;
+    const size_t want = (size_t)(local_q ? kv + 2 * t[1].br : kv > t[1].br ? kv : t[1].br) * (chunked[i].d + 8) * 2;
     check(r == 0 && t[1].rm == (chunked[i].two ? 2 : 1) && t[1].local_bytes == want,
           "backward planner, f16 head_dim %d, FLASHCL_BACKWARD_SHAPE=%s: %d dQ tiles a warp (want %d): %s",
           chunked[i].d, chunked[i].shape, r == 0 ? t[1].rm : 0, chunked[i].two ? 2 : 1,
