@@ -19,6 +19,9 @@ left() { echo $((L - $(el))); }
 # 14's table and FlashAttention-2's criterion on the tree. STEPS (default "dqlocal suite table fa2", with `rows` as
 # v45 ran it for the two-tile dQ kernel) names which of these run, each only while enough of the call is left:
 #   dqlocal the A/B above (ab.sh; its own builds under /tmp)
+#   chunk  the two-tile dQ kernel at head_dim up to 64 with 32-key chunks in place of 16 (bwd-dq-chunk32.patch, rows
+#          bench/nv_dev/ab_rows_dq_chunk32.txt; the chunks that v47's head_dim 128 kernel takes), the suites on B and
+#          NVIDIA's registers; not in the default STEPS
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
@@ -29,6 +32,13 @@ if [[ $steps == *" dqlocal "* ]]; then
   ROWS=bench/nv_dev/ab_rows_dq_local_default.txt OUT=$out/dqlocal BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
     bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-one-tile.patch bench 2>&1 | tail -14
   echo "== dqlocal, $(el) s"
+fi
+if [[ $steps == *" chunk "* ]]; then
+  d64="-DMMA_KIND=2 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64 -DQT=2"
+  ROWS=bench/nv_dev/ab_rows_dq_chunk32.txt OUT=$out/chunk BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
+    TESTS="variant backward sequences_backward" VERBOSE_CFGS="$d64;$d64 -DQCHUNK=16" \
+    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-chunk32.patch bench tests verbose 2>&1 | tail -24
+  echo "== chunk, $(el) s"
 fi
 # The remaining steps run on the tree as it is, built once into build-gpu.
 [[ $steps =~ \ (rows|suite|table|fa2)\  ]] || exit 0
