@@ -70,7 +70,7 @@
 /* QT: the dQ kernel's m16 tiles of query rows a warp (1, or 2 with f16 and bf16: each ldmatrix of K or V then feeds
    both tiles' products, docs/notes-nvidia.md v44). Up to a padded head_dim of 64 both tiles' Q and dO fragments stay
    in registers; above it (QLOCAL) the Q and dO rows stay in local memory and each chunk reads their fragments with
-   ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v46). The dQ kernel takes a tile's keys
+   ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v47). The dQ kernel takes a tile's keys
    in chunks of QN n8 tiles (QK k steps): the whole tile, or with QT 2 16 keys (32 with QLOCAL, over which each Q
    and dO fragment read serves), so that S and dP of both m16 tiles fit in registers. */
 #ifndef QT
