@@ -16,7 +16,8 @@ left() { echo $((L - $(el))); }
 # against the defaults of the time; `dqlocal` times the landed defaults (A, the tree) against the one-tile planner rows
 # before them (B, bench/nv_dev/patches/bwd-dq-one-tile.patch), rows bench/nv_dev/ab_rows_dq_local_default.txt, with
 # the modifiers and head_dim 96 that the forced A/B compared only with one tile of 32 keys. Then the GPU suite, issue
-# 14's table and FlashAttention-2's criterion on the tree. STEPS (default "dqlocal suite table fa2", with `rows` as
+# 14's table and FlashAttention-2's criterion on the tree (at LIMIT=560 the default fits dqlocal and the suite; a
+# second call with STEPS="table fa2" the rest, carrying .whl). STEPS (default "dqlocal suite table fa2", with `rows` as
 # v45 ran it for the two-tile dQ kernel) names which of these run, each only while enough of the call is left:
 #   dqlocal the A/B above (ab.sh; its own builds under /tmp)
 #   chunk  the two-tile dQ kernel at head_dim up to 64 with 32-key chunks in place of 16 (bwd-dq-chunk32.patch, rows
