@@ -334,6 +334,10 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 
 /* ---- The tensor-core backward (cl/nvidia/flash_bwd_mma.cl): dK/dV and dQ ---- */
 
+/* The dQ kernel keeps Q and dO rows in local memory (QLOCAL) where a warp owns two m16 tiles above a padded head_dim
+   of 64: their fragments would not fit in registers beside the tiles' dQ accumulators. */
+static int dq_rows_local(int tiles, int dp) { return tiles > 1 && dp > 64; }
+
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int elem_bytes) {
   if (which == FCL_BWD_DKDV) { /* two buffers of Q and dO [br][ds], the second shared with K and V [bc][ds] (read
                                   into registers before step 1), or when they outgrow it but each fits a buffer,
@@ -350,7 +354,7 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
   /* dQ: K and V [2][bc][ds], reused for the dQ tile [br][ds] at the end; with two tiles a warp above a padded
      head_dim of 64, Q and dO [br][ds] after them. */
   const size_t kv = 4 * (size_t)p->bc * (size_t)p->ds, o = (size_t)p->br * (size_t)p->ds;
-  if (p->rm > 1 && p->dp > 64) return (kv + 2 * o) * (size_t)elem_bytes;
+  if (dq_rows_local(p->rm, p->dp)) return (kv + 2 * o) * (size_t)elem_bytes;
   return (kv > o ? kv : o) * (size_t)elem_bytes;
 }
 
@@ -451,7 +455,7 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
     /* Two m16 tiles a warp (QT) take f16 or bf16: each ldmatrix of K or V then feeds both tiles' products, and
        their Q, dO and dQ fragments double (64 more registers at head_dim 64); above a padded head_dim of 64 Q and
        dO stay in local memory (QLOCAL), read in chunks of 32 keys, which takes key tiles of a multiple of 32. */
-    t->rm = sh->tiles == 2 && p->dtype != FCL_DTYPE_F32 && (t->dp <= 64 || sh->streamed % 32 == 0) ? 2 : 1;
+    t->rm = sh->tiles == 2 && p->dtype != FCL_DTYPE_F32 && (!dq_rows_local(2, t->dp) || sh->streamed % 32 == 0) ? 2 : 1;
     t->br = t->tr * 16 * t->rm; /* query rows owned */
     t->bc = sh->streamed;       /* key rows streamed per tile */
   }

@@ -831,14 +831,14 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
   const int kv_end = seq.bad ? kv_begin : fcl_key_end(&mods, q_last, nk);
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
 #if QLOCAL
-  /* The block's Q and dO rows, zeros past nq, with the first K/V tile (the loop's first wait covers them). */
-  __local elem_t *Qls = Vs + 2 * BN * DS, *Ols = Qls + BM * DS;
-  if (ntiles > 0) {
-    fcl_load_rows(Qls, q + qbase, q_sn, q0, BM, nq, lid, 0);
-    fcl_load_rows(Ols, d_o + obase, o_sn, q0, BM, nq, lid, 0);
-  }
+  __local elem_t *Qls = Vs + 2 * BN * DS, *Ols = Qls + BM * DS; /* the block's Q and dO rows */
 #endif
   if (ntiles > 0) {
+#if QLOCAL
+    /* Q and dO, zeros past nq, in the first K/V tile's group (the loop's first wait covers them). */
+    fcl_load_rows(Qls, q + qbase, q_sn, q0, BM, nq, lid, 0);
+    fcl_load_rows(Ols, d_o + obase, o_sn, q0, BM, nq, lid, 0);
+#endif
     fcl_load_rows(Ks, kh, k_sn, kv_begin, BN, nk, lid, KEY_PERM);
     fcl_load_rows(Vs, vh, v_sn, kv_begin, BN, nk, lid, KEY_PERM);
     CP_ASYNC_COMMIT();
@@ -1088,7 +1088,7 @@ void flash_bwd_dq_mma(__global const store_t *q, __global const store_t *k, __gl
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         int bad = 0;
-        FCL_ROW_NONFINITE(bad, acc[mt], 0, OT, hr);
+        FCL_ROW_NONFINITE(bad, acc[mt], OT, hr);
         bad = fcl_quad_any(bad);
         const int row = r0 + 16 * mt + hr * 8;
         if (!bad || row >= nq) continue;

@@ -792,7 +792,7 @@ void flash_fwd_mma(__global const store_t *q, __global const store_t *k, __globa
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         int bad = 0;
-        FCL_ROW_NONFINITE(bad, acc[mt], 0, OT, hr);
+        FCL_ROW_NONFINITE(bad, acc[mt], OT, hr);
         bad = fcl_quad_any(bad);
         const int row = q0 + wrow + mt * 16 + g + hr * 8;
         if (!bad || row >= nrows) continue;

@@ -222,13 +222,13 @@ inline float fcl_shfl_xor2(float x) {
   return r;
 }
 
-/* bad |= whether one of the n m16n8 accumulator tiles acc[i0 ..] holds a NaN or inf in the lane's row half hr (c0
+/* bad |= whether one of the n m16n8 accumulator tiles acc[0 ..] holds a NaN or inf in the lane's row half hr (c0
    c1, row g, for hr 0; c2 c3, row g + 8, for 1); fcl_quad_any then tells the quad, whose four lanes hold the row
    together. A macro, so that the accumulators stay registers (a function taking them by pointer put them in a
    stack frame, in clang's build at least). */
-#define FCL_ROW_NONFINITE(bad, acc, i0, n, hr)                                                          \
+#define FCL_ROW_NONFINITE(bad, acc, n, hr)                                                              \
   do {                                                                                                \
-    _Pragma("unroll") for (int i_ = (i0); i_ < (i0) + (n); ++i_) (bad) |=                             \
+    _Pragma("unroll") for (int i_ = 0; i_ < (n); ++i_) (bad) |=                                       \
         fcl_nonfinite((acc)[i_][2 * (hr)]) | fcl_nonfinite((acc)[i_][2 * (hr) + 1]);                  \
   } while (0)
 
