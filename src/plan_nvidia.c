@@ -409,12 +409,10 @@ static const nvidia_backward_default backward_defaults[] = {
        103 KiB) and read with ldmatrix at each step, which leaves their 64 registers a lane to the step; on an H100
        8-10% faster than the next row at head_dim 128 (docs/notes-nvidia.md v38). dQ: 4 warps of two m16 tiles (128
        query rows) with Q and dO in local memory after two 32-key K and V buffers (102 KiB; QLOCAL): on an H100 at
-       head_dim 128 4.6-7.6% less backward time than the next row's one tile with 64-key tiles, which stays where a
-       window hides keys from at most 1024 query rows, and with a mask, whose lane-run loads take one tile (v47). */
-    {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 32, 0, 2}, .two_a_unit = 1, .no_mask = 1,
-     .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},
-    /* dQ: 4 warps, 64-key tiles (68 KiB). */
-    {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 64, 0, 1}, .two_a_unit = 1},
+       head_dim 128 3.5-6.8% less backward time than one tile with 64-key tiles (68 KiB), which stays where a window
+       hides keys from at most 1024 query rows (v47, v48); 1.5% less with an f16 mask (v48). */
+    {.max_head_dim = 128, .dkdv = {4, 64, 1, 1}, .dq = {4, 32, 0, 2}, .two_a_unit = 1, .windowed_rows = 1024,
+     .dq_windowed = {4, 64, 0, 1}},
     /* dK/dV: 4 warps (64 keys), 32-row steps (35 KiB: K over the second step buffer, V over the first; 128
        accumulator registers), 3% faster than 2 warps (v20); dQ: 4 warps, 32-key tiles (34 KiB). */
     {.max_head_dim = 128, .dkdv = {4, 32, 0, 1}, .dq = {4, 32, 0, 1}},

@@ -654,8 +654,8 @@ static void large_local_cases(void) {
         const int rh = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
         const int want = resident ? 64 : 32, want_resident = !resident ? 0 : m == 0 || m == 4 ? 2 : 1;
         /* dQ where both fit two a unit: two m16 tiles a warp, Q and dO in local memory, 32-key tiles; one tile and
-           64-key tiles with a mask and under a window with at most 1024 query rows. */
-        const int dq_one = (m == 4 && c[i].nq <= 1024) || m == 3, want_dq_rm = resident && !dq_one ? 2 : 1;
+           64-key tiles under a window with at most 1024 query rows. */
+        const int dq_one = m == 4 && c[i].nq <= 1024, want_dq_rm = resident && !dq_one ? 2 : 1;
         const int want_dq_bc = !resident ? 32 : dq_one ? 64 : 32;
         check(rh == 0 && tb[FCL_BWD_DKDV].kv_resident == want_resident && tb[FCL_BWD_DKDV].br == want &&
                   tb[FCL_BWD_DQ].bc == want_dq_bc && tb[FCL_BWD_DQ].rm == want_dq_rm &&
