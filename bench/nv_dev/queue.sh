@@ -12,14 +12,10 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# Waiting (notes v47): the dQ kernel's two m16 tiles at head_dim 65-128 (a74f324) landed on the A/B of a forced shape
-# against the defaults of the time; `dqlocal` times the landed defaults (A, the tree) against the one-tile planner rows
-# before them (B, bench/nv_dev/patches/bwd-dq-one-tile.patch), rows bench/nv_dev/ab_rows_dq_local_default.txt, with
-# the modifiers and head_dim 96 that the forced A/B compared only with one tile of 32 keys. Then the GPU suite, issue
-# 14's table and FlashAttention-2's criterion on the tree (at LIMIT=560 the default fits dqlocal and the suite; a
-# second call with STEPS="table fa2" the rest, carrying .whl). STEPS (default "dqlocal suite table fa2", with `rows` as
-# v45 ran it for the two-tile dQ kernel) names which of these run, each only while enough of the call is left:
-#   dqlocal the A/B above (ab.sh; its own builds under /tmp)
+# Waiting (notes v48): issue 14's table and FlashAttention-2's criterion on the two-tile dQ defaults (v47's kernel,
+# v48's mask row), then the head_dim-64 dQ kernel with 32-key chunks. At LIMIT=560 the default STEPS ("table fa2")
+# fit with room to spare; carry .whl for fa2. STEPS names which of these run, each only while enough of the call is
+# left:
 #   chunk  the two-tile dQ kernel at head_dim up to 64 with 32-key chunks in place of 16 (bwd-dq-chunk32.patch, rows
 #          bench/nv_dev/ab_rows_dq_chunk32.txt; the chunks that v47's head_dim 128 kernel takes), the suites on B and
 #          NVIDIA's registers; not in the default STEPS
@@ -28,12 +24,7 @@ left() { echo $((L - $(el))); }
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-dqlocal suite table fa2} "
-if [[ $steps == *" dqlocal "* ]]; then
-  ROWS=bench/nv_dev/ab_rows_dq_local_default.txt OUT=$out/dqlocal BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
-    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-one-tile.patch bench 2>&1 | tail -14
-  echo "== dqlocal, $(el) s"
-fi
+steps=" ${STEPS:-table fa2} "
 if [[ $steps == *" chunk "* ]]; then
   d64="-DMMA_KIND=2 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64 -DQT=2"
   ROWS=bench/nv_dev/ab_rows_dq_chunk32.txt OUT=$out/chunk BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
