@@ -12,27 +12,16 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# Waiting (notes v48): issue 14's table and FlashAttention-2's criterion on the two-tile dQ defaults (v47's kernel,
-# v48's mask row), then the head_dim-64 dQ kernel with 32-key chunks. At LIMIT=560 the default STEPS ("table fa2")
-# fit with room to spare; carry .whl for fa2. STEPS names which of these run, each only while enough of the call is
-# left:
-#   chunk  the two-tile dQ kernel at head_dim up to 64 with 32-key chunks in place of 16 (bwd-dq-chunk32.patch, rows
-#          bench/nv_dev/ab_rows_dq_chunk32.txt; the chunks that v47's head_dim 128 kernel takes), the suites on B and
-#          NVIDIA's registers; not in the default STEPS
+# Nothing prepared waits (notes v48: the table, the criterion and the chunk patch ran). The default reruns the whole
+# suite, issue 14's table and FlashAttention-2's criterion on the tree (at LIMIT=560 they fit one call; carry .whl
+# for fa2). STEPS names which of these run, each only while enough of the call is left:
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-table fa2} "
-if [[ $steps == *" chunk "* ]]; then
-  d64="-DMMA_KIND=2 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=64 -DQT=2"
-  ROWS=bench/nv_dev/ab_rows_dq_chunk32.txt OUT=$out/chunk BUDGET=$(($(left) > 250 ? 220 : $(left) - 30)) \
-    TESTS="variant backward sequences_backward" VERBOSE_CFGS="$d64;$d64 -DQCHUNK=16" \
-    bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dq-chunk32.patch bench tests verbose 2>&1 | tail -24
-  echo "== chunk, $(el) s"
-fi
-# The remaining steps run on the tree as it is, built once into build-gpu.
+steps=" ${STEPS:-suite table fa2} "
+# The steps run on the tree as it is, built once into build-gpu.
 [[ $steps =~ \ (rows|suite|table|fa2)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
