@@ -334,8 +334,9 @@ int fcl_plan_nvidia_forward(const fcl_device_caps *caps, const fcl_plan_override
 
 /* ---- The tensor-core backward (cl/nvidia/flash_bwd_mma.cl): dK/dV and dQ ---- */
 
-/* The dQ kernel keeps Q and dO rows in local memory (QLOCAL) where a warp owns two m16 tiles above a padded head_dim
-   of 64: their fragments would not fit in registers beside the tiles' dQ accumulators. */
+/* The dQ kernel keeps Q and dO rows in local memory where a warp owns two m16 tiles above a padded head_dim of 64:
+   their fragments would not fit in registers beside the tiles' dQ accumulators. flash_bwd_mma.cl's QLOCAL is the
+   same predicate on its defines (QT, DP); the two must agree. */
 static int dq_rows_local(int tiles, int dp) { return tiles > 1 && dp > 64; }
 
 size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int elem_bytes) {
