@@ -86,7 +86,7 @@ typedef struct fcl_plan_overrides {
   /* FLASHCL_BACKWARD_SHAPE: the tensor-core backward's first shapes, used where they fit: dK/dV warps and query
      rows a step, dQ warps and keys a tile (0: none), whether dK/dV keeps K and V in local memory (2: with warp
      tiles) and the dQ kernel's m16 tiles a warp */
-  int backward_shape[6];
+  int backward_shape[7];
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
      warp, key-tile rows, Q tile in local memory, K/V tile buffers of its ring, Q's k steps in registers with
      the tile in local memory (warps 0: none) */
@@ -100,10 +100,10 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out);
 /* Parses FLASHCL_FORWARD_SHAPE's "tr,tc,rm,rn[,kt]" into shape (kt -1 when absent): 0 when it is four or
    five integers within bounds (tr, tc 1..4096; rm, rn 1..256; kt -1..1), else -1 and shape untouched. */
 int fcl_parse_forward_shape(const char *text, int shape[5]);
-/* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys[,kv_resident[,dq_tiles]]": 0 when it is four
-   to six integers, warps 1..8, rows or keys multiples of 16 in 16..128, kv_resident 0, 1 or 2 (0 when absent) and
-   dq_tiles 1 or 2 (1 when absent), else -1 and shape untouched. */
-int fcl_parse_backward_shape(const char *text, int shape[6]);
+/* Parses FLASHCL_BACKWARD_SHAPE's "dkdv_warps,dkdv_rows,dq_warps,dq_keys[,kv_resident[,dq_tiles[,dkdv_tiles]]]": 0
+   when it is four to seven integers, warps 1..8, rows or keys multiples of 16 in 16..128, kv_resident 0, 1 or 2 (0
+   when absent) and the tiles 1 or 2 (1 when absent), else -1 and shape untouched. */
+int fcl_parse_backward_shape(const char *text, int shape[7]);
 /* Parses FLASHCL_FORWARD_MMA_SHAPE's "warps,tiles,keys,qsmem[,stages[,qregs]]": 0 when it is four to six
    integers, warps 1..8, tiles 1..4, keys a multiple of 16 in 16..128, qsmem 0 or 1, stages 2..8 (2 when absent),
    qregs 0..15 (0 when absent), else -1 and shape untouched. */

@@ -40,10 +40,11 @@ int fcl_parse_forward_shape(const char *text, int shape[5]) {
   return 0;
 }
 
-int fcl_parse_backward_shape(const char *text, int shape[6]) {
-  static const long lo[6] = {1, 16, 1, 16, 0, 1}, hi[6] = {8, 128, 8, 128, 2, 2}, step[6] = {1, 16, 1, 16, 1, 1};
-  int v[6] = {0, 0, 0, 0, 0, 1};
-  if (parse_list(text, v, 6, lo, hi, step) < 4) return -1;
+int fcl_parse_backward_shape(const char *text, int shape[7]) {
+  static const long lo[7] = {1, 16, 1, 16, 0, 1, 1}, hi[7] = {8, 128, 8, 128, 2, 2, 2},
+                    step[7] = {1, 16, 1, 16, 1, 1, 1};
+  int v[7] = {0, 0, 0, 0, 0, 1, 1};
+  if (parse_list(text, v, 7, lo, hi, step) < 4) return -1;
   memcpy(shape, v, sizeof v);
   return 0;
 }
@@ -81,10 +82,11 @@ void fcl_read_plan_overrides(fcl_plan_overrides *out) {
   /* FLASHCL_FORWARD_SPLITS=n forces split-KV on every forward (1..128; anything else: the planner decides). */
   const char *splits = getenv("FLASHCL_FORWARD_SPLITS");
   if (splits && atoi(splits) >= 1 && atoi(splits) <= FCL_MAX_SPLITS) out->forward_splits = atoi(splits);
-  /* FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys[,kv_resident[,dq_tiles]]: the tensor-core backward's
-     first shapes (the measurements of docs/notes-nvidia.md, v10, without rebuilding; kv_resident 1: the dK/dV kernel
-     keeps K and V in local memory, KV_RESIDENT; 2: also FlashAttention-2's warp tiles, WARP2D; dq_tiles 2: each dQ
-     warp owns two m16 tiles of query rows, QT); anything else is ignored. */
+  /* FLASHCL_BACKWARD_SHAPE=dkdv_warps,dkdv_rows,dq_warps,dq_keys[,kv_resident[,dq_tiles[,dkdv_tiles]]]: the
+     tensor-core backward's first shapes (the measurements of docs/notes-nvidia.md, v10, without rebuilding;
+     kv_resident 1: the dK/dV kernel keeps K and V in local memory, KV_RESIDENT; 2: also FlashAttention-2's warp
+     tiles, WARP2D; dq_tiles 2: each dQ warp owns two m16 tiles of query rows, QT; dkdv_tiles 2: each dK/dV warp
+     owns two m16 tiles of keys, with kv_resident 1); anything else is ignored. */
   const char *bshape = getenv("FLASHCL_BACKWARD_SHAPE");
   if (bshape) (void)fcl_parse_backward_shape(bshape, out->backward_shape);
   /* FLASHCL_PORTABLE_BACKWARD_SHAPE=tr,tc,rm,rn[,tr,tc,rm,rn]: the portable backward's shapes (dK/dV, dQ) for

@@ -365,7 +365,7 @@ size_t fcl_nvidia_backward_local_bytes(const fcl_tile_plan *p, int which, int el
    step. */
 typedef struct nvidia_backward_shape {
   int warps, streamed, kv_resident; /* kv_resident: the dK/dV kernel's K and V stay in local memory (KV_RESIDENT) */
-  int tiles;                        /* dQ: m16 tiles of query rows a warp (QT), 1 or 2; 1 for dK/dV */
+  int tiles;                        /* m16 tiles a warp (QT), 1 or 2: of query rows (dQ) or keys (dK/dV) */
 } nvidia_backward_shape;
 
 /* The first shapes by head_dim. Registers bound them as much as local memory (48 KiB a work-group as NVIDIA's
@@ -445,11 +445,14 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
   t->tr = sh->warps;
   t->wg = t->tr * 32;
   if (which == FCL_BWD_DKDV) {
-    t->bc = t->tr * 16;    /* key rows owned */
     t->br = sh->streamed; /* query rows streamed per step */
     t->kv_resident = p->dtype == FCL_DTYPE_F32 ? 0 : sh->kv_resident;
     /* FlashAttention-2's warp tiles take 4 warps and steps and padded head dims of multiples of 32. */
     if (t->kv_resident == 2 && (t->tr != 4 || t->br % 32 || t->dp % 32)) t->kv_resident = 1;
+    /* Two m16 tiles of keys a warp (QT) take K and V resident without the warp tiles, and a padded head_dim up to
+       64: their dK and dV accumulators are 128 registers a lane, beside S^T and dP^T of the step's rows. */
+    t->rm = sh->tiles == 2 && t->kv_resident == 1 && t->dp <= 64 ? 2 : 1;
+    t->bc = t->tr * 16 * t->rm; /* key rows owned */
   } else {
     /* Two m16 tiles a warp (QT) take f16 or bf16: each ldmatrix of K or V then feeds both tiles' products, and
        their Q, dO and dQ fragments double (64 more registers at head_dim 64); above a padded head_dim of 64 Q and
@@ -518,7 +521,7 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
   /* FLASHCL_BACKWARD_SHAPE (development) is tried before the default shapes, which follow where it does not fit. */
   const int *bs = ov->backward_shape;
   const nvidia_backward_default forced = {
-      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4], 1}, .dq = {bs[2], bs[3], 0, bs[5]}};
+      .max_head_dim = (int)p->d, .dkdv = {bs[0], bs[1], bs[4], bs[6]}, .dq = {bs[2], bs[3], 0, bs[5]}};
   const size_t nfall = sizeof backward_fallbacks[0] / sizeof backward_fallbacks[0][0];
   for (int which = 0; which < 2; ++which) {
     fcl_tile_plan t;
@@ -535,9 +538,9 @@ int fcl_plan_nvidia_backward(const fcl_device_caps *caps, const fcl_plan_overrid
     if (!found) DECLINE("tensor-core backward: %zu B of local memory is too little", (size_t)caps->local_mem_size);
     if (which == FCL_BWD_DKDV)
       snprintf(t.reason, sizeof t.reason,
-               "tensor-core backward (mma.sync %s) on compute capability %d.%d: dK/dV %d warps x 16 keys, "
+               "tensor-core backward (mma.sync %s) on compute capability %d.%d: dK/dV %d warps x %d keys, "
                "%d query rows a step%s, %zu B local%s",
-               f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, t.br,
+               f32 ? "m16n8k8, f32 as 3xTF32" : "m16n8k16", caps->nv_cc_major, caps->nv_cc_minor, t.tr, 16 * t.rm, t.br,
                t.kv_resident == 2 ? ", K and V in local memory, warp tiles 32 x 32"
                : t.kv_resident ? ", K and V in local memory" : "", t.local_bytes,
                took_forced ? " (FLASHCL_BACKWARD_SHAPE)" : "");

@@ -63,7 +63,7 @@ static void nvidia_backward_defines(const fcl_problem *p, const fcl_tile_plan *t
   const int dq = which == FCL_BWD_DQ; /* the dQ kernel reads the mask as the forward does */
   snprintf(out, size, "-DMMA_KIND=%d -DDTYPE=%d -DD=%d -DDP=%d -DDS=%d -DNW=%d -DBN=%d -DFCL_PTX=1%s%s%s%s%s",
            which + 1, (int)p->dtype, t->head_dim, t->dp, t->ds, t->tr, dq ? t->bc : t->br,
-           dq && t->rm > 1 ? " -DQT=2" : "",
+           t->rm > 1 ? " -DQT=2" : "",
            t->kv_resident == 2 ? " -DKV_RESIDENT=1 -DWARP2D=1" : t->kv_resident ? " -DKV_RESIDENT=1" : "",
            dq && mask_pairs(p) ? " -DMASK_PAIRS=1" : "", dq && mask_vec(p) ? " -DMASK_VEC=1" : "", mods);
 }

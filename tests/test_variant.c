@@ -307,7 +307,7 @@ static void planner_cases(void) {
   static const char *const bad_mma[] = {"0,1,32,0", "9,1,32,0", "4,5,32,0", "4,1,24,0", "4,1,32,2", "4,1,32", "4,1,32,0,1",
                                         "4,1,32,0,9", "4,1,32,0,2,16", "4,1,32,0,2,0,0", "x", ""};
   for (size_t i = 0; i < sizeof bad_mma / sizeof bad_mma[0]; ++i) {
-    int shape[6] = {7, 7, 7, 7, 7, 7};
+    int shape[7] = {7, 7, 7, 7, 7, 7, 7};
     check(fcl_parse_forward_mma_shape(bad_mma[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_FORWARD_MMA_SHAPE=\"%s\" refused, shape untouched", bad_mma[i]);
   }
@@ -772,7 +772,7 @@ static void backward_planner_cases(void) {
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=3,16,2,32: dK/dV %d warps, %d rows a step; dQ %d warps, "
         "%d-key tiles: %s",
         t[0].tr, t[0].br, t[1].tr, t[1].bc, t[0].reason);
-  int big[6];
+  int big[7];
   check(fcl_parse_backward_shape("8,128,8,128", big) == 0 && big[4] == 0, "FLASHCL_BACKWARD_SHAPE=8,128,8,128 parsed");
   memcpy(ov.backward_shape, big, sizeof big);
   r = fcl_plan_nvidia_backward(&nv, &ov, &p, 0, NULL, t);
@@ -784,9 +784,10 @@ static void backward_planner_cases(void) {
         "backward planner, head_dim 128, FLASHCL_BACKWARD_SHAPE=8,128,8,128 (does not fit): the default shapes, %s",
         t[0].reason);
   static const char *const bad[] = {"3,15,2,32", "0,16,2,32", "9,16,2,32", "3,16,2", "3,16,2,32,3", "3,144,2,32",
-                                    "x", "", "3,16,2,32,", "3,16,2,32,1,0", "3,16,2,32,1,3", "3,16,2,32,1,1,1"};
+                                    "x", "", "3,16,2,32,", "3,16,2,32,1,0", "3,16,2,32,1,3", "3,16,2,32,1,1,0",
+                                    "3,16,2,32,1,1,3", "3,16,2,32,1,1,1,1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-    int shape[6] = {7, 7, 7, 7, 7, 7};
+    int shape[7] = {7, 7, 7, 7, 7, 7, 7};
     check(fcl_parse_backward_shape(bad[i], shape) != 0 && shape[0] == 7,
           "FLASHCL_BACKWARD_SHAPE=\"%s\" refused, shape untouched", bad[i]);
   }
@@ -875,6 +876,33 @@ static void backward_planner_cases(void) {
           chunked[i].d, chunked[i].shape, r == 0 ? t[1].rm : 0, chunked[i].two ? 2 : 1,
           r == 0 ? t[1].reason : "declined");
   }
+
+  /* dkdv_tiles (the seventh value) 2: each dK/dV warp owns two m16 tiles of keys (QT), 128 keys a work-group of 4
+     warps, only with K and V resident without the warp tiles, f16 or bf16, and a padded head_dim up to 64. */
+  static const struct {
+    const char *shape;
+    int d, dtype, two;
+  } key_tiles[] = {{"4,32,4,64,1,2,2", 64, FCL_DTYPE_F16, 1}, {"4,32,4,64,1,2,2", 40, FCL_DTYPE_BF16, 1},
+                   {"4,32,4,64,1,2,2", 128, FCL_DTYPE_F16, 0}, {"4,32,4,64,2,2,2", 64, FCL_DTYPE_F16, 0},
+                   {"4,32,4,64,0,2,2", 64, FCL_DTYPE_F16, 0}, {"4,32,4,64,1,2,2", 64, FCL_DTYPE_F32, 0}};
+  for (size_t i = 0; i < sizeof key_tiles / sizeof key_tiles[0]; ++i) {
+    check(fcl_parse_backward_shape(key_tiles[i].shape, ov.backward_shape) == 0 && ov.backward_shape[6] == 2,
+          "FLASHCL_BACKWARD_SHAPE=%s parsed", key_tiles[i].shape);
+    const fcl_problem pk = test_problem(key_tiles[i].d, (fcl_dtype)key_tiles[i].dtype, 1000, 0);
+    r = fcl_plan_nvidia_backward(&h100, &ov, &pk, 0, NULL, t);
+    defs[0] = 0;
+    if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&pk, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
+    const int two = key_tiles[i].two;
+    /* Two step buffers of Q and dO [32][ds] and K, V [128][ds] resident, lse and Dvec [2][32]. */
+    const size_t want = (size_t)(4 * 32 + 2 * 128) * (size_t)t[0].ds * 2 + 4 * 32 * 4;
+    check(r == 0 && t[0].rm == (two ? 2 : 1) && t[0].bc == 64 * (two ? 2 : 1) && !strstr(defs, "-DQT=2") == !two &&
+              (!two || (strstr(t[0].reason, "4 warps x 32 keys") && t[0].local_bytes == want)),
+          "backward planner, %s head_dim %d, FLASHCL_BACKWARD_SHAPE=%s: %d key tiles a warp (want %d), %zu B: %s",
+          dtype_name((fcl_dtype)key_tiles[i].dtype), key_tiles[i].d, key_tiles[i].shape, r == 0 ? t[0].rm : 0,
+          two ? 2 : 1, r == 0 ? t[0].local_bytes : 0, r == 0 ? t[0].reason : "declined");
+  }
+  check(fcl_parse_backward_shape("4,32,4,64,1,2,3", ov.backward_shape) != 0, "FLASHCL_BACKWARD_SHAPE with dkdv_tiles 3 "
+        "refused");
 
   /* The default: two dQ tiles at head_dim 64 and 128 but where a window (causal included) hides keys and there are at
      most 1024 query rows, where one tile's smaller work-groups even out their unequal work; at head_dim 128 two

@@ -15,6 +15,8 @@ left() { echo $((L - $(el))); }
 # Nothing prepared waits (notes v48: the table, the criterion and the chunk patch ran). The default reruns the whole
 # suite, issue 14's table and FlashAttention-2's criterion on the tree (at LIMIT=560 they fit one call; carry .whl
 # for fa2). STEPS names which of these run, each only while enough of the call is left:
+#   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE=$FORCED (shapes the defaults do not
+#          take, checked before they are timed)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
@@ -22,11 +24,19 @@ left() { echo $((L - $(el))); }
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 steps=" ${STEPS:-suite table fa2} "
 # The steps run on the tree as it is, built once into build-gpu.
-[[ $steps =~ \ (rows|suite|table|fa2)\  ]] || exit 0
+[[ $steps =~ \ (forced|rows|suite|table|fa2)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built, $(el) s"
+if [[ $steps == *" forced "* ]] && [ "$(left)" -gt 150 ]; then
+  for shape in ${FORCED:-4,32,4,64,1,2,2}; do
+    (cd build-gpu && FLASHCL_BACKWARD_SHAPE=$shape timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
+      --timeout 200 >"$out/forced_$shape.log" 2>&1)
+    echo "FLASHCL_BACKWARD_SHAPE=$shape:"; grep -E "tests passed|Failed|\*\*\*" "$out/forced_$shape.log" | tail -8
+  done
+  echo "== forced, $(el) s"
+fi
 if [[ $steps == *" rows "* ]]; then
   for dt in f16 bf16; do
     [ "$(left)" -gt 200 ] || break

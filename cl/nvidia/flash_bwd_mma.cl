@@ -67,8 +67,10 @@
 #endif
 
 #define WG (NW * 32)
-/* QT: the dQ kernel's m16 tiles of query rows a warp (1, or 2 with f16 and bf16: each ldmatrix of K or V then feeds
-   both tiles' products, docs/notes-nvidia.md v44). Up to a padded head_dim of 64 both tiles' Q and dO fragments stay
+/* QT: m16 tiles a warp owns (1, or 2 with f16 and bf16). The dQ kernel's are query rows: each ldmatrix of K or V
+   then feeds both tiles' products (docs/notes-nvidia.md v44). The dK/dV kernel's are keys (KV_RESIDENT, no WARP2D,
+   DP up to 64): each ldmatrix of Q or dO then feeds both tiles' products, and the step's rows are few enough (BN)
+   for S^T and dP^T of both tiles to fit in registers beside their dK and dV accumulators. In the dQ kernel, up to a padded head_dim of 64 both tiles' Q and dO fragments stay
    in registers; above it (QLOCAL) the Q and dO rows stay in local memory and each chunk reads their fragments with
    ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v47). The dQ kernel takes a tile's keys
    in chunks of QN n8 tiles (QK k steps): the whole tile, or with QT 2 16 keys (32 with QLOCAL, over which each Q
@@ -76,16 +78,16 @@
 #ifndef QT
 #define QT 1
 #endif
-#if QT != 1 && (QT != 2 || MMA_KIND != 2 || DTYPE == 0 || DP > 128)
-#error "flash_bwd_mma: QT 2 takes the dQ kernel, f16 or bf16, DP up to 128"
+#if QT != 1 && (QT != 2 || DTYPE == 0 || DP > (MMA_KIND == 2 ? 128 : 64))
+#error "flash_bwd_mma: QT 2 takes f16 or bf16, DP up to 128 (dQ) or 64 (dK/dV)"
 #endif
-#define QLOCAL (QT > 1 && DP > 64)
+#define QLOCAL (MMA_KIND == 2 && QT > 1 && DP > 64)
 #if QLOCAL && BN % 32 != 0
 #error "flash_bwd_mma: QT 2 above DP 64 takes key tiles of a multiple of 32"
 #endif
-#define QN (QT > 1 ? (QLOCAL ? 4 : 2) : NT)
+#define QN (MMA_KIND == 2 && QT > 1 ? (QLOCAL ? 4 : 2) : NT)
 #define QK (QN * 8 / KSTEP)
-#define BM (NW * 16 * QT) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 a warp (dQ: 16 QT) */
+#define BM (NW * 16 * QT) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 QT a warp */
 #if DTYPE == 0
 typedef float elem_t; /* an element of a local tile */
 #define EPC 4         /* elements in 16 bytes */
@@ -411,6 +413,9 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
 #if KV_RESIDENT && DTYPE == 0
 #error "flash_bwd_mma: KV_RESIDENT takes f16 or bf16"
 #endif
+#if QT > 1 && (!KV_RESIDENT || WARP2D)
+#error "flash_bwd_mma: two key tiles a warp take KV_RESIDENT without WARP2D"
+#endif
 #define KV_LOCAL (DTYPE != 0)
 #define KV_OVER_BOTH (KV_LOCAL && !KV_RESIDENT && BM > BN && BM <= 2 * BN)
 #define SMEM                                                                                       \
@@ -491,21 +496,20 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
   if (nsteps > 0) STEP_LOAD(0);
 #endif
 
-  float dk[OT][4], dv[OT][4];
+  /* The warp's keys (from the block's first): MT m16 tiles from wkey (WARP2D: its pair's 32 keys; QT 2: its own
+     32). Its S^T and dP^T: those keys against SN n8 tiles of the step's query rows from wq (tile mt SN + i); its
+     dK, dV accumulators: against OTW n8 tiles of columns from wcol (accumulator mt OTW + i). */
+#define MT (WARP2D ? 2 : QT)
+#define SN (WARP2D ? NT / 2 : NT)
+#define OTW (WARP2D ? OT / 2 : OT)
+  float dk[MT * OTW][4], dv[MT * OTW][4];
 #pragma unroll
-  for (int i = 0; i < OT; ++i)
+  for (int i = 0; i < MT * OTW; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
 
   const float qk_scale = scale * FCL_LOG2E;
-  const int wrow = warp * 16;
-  /* The warp's keys (from the block's first): MT m16 tiles from wkey. Its S^T and dP^T: those keys against SN n8
-     tiles of the step's query rows from wq (tile mt SN + i); its dK, dV accumulators: against OTW n8 tiles of
-     columns from wcol (accumulator mt OTW + i). */
-#define MT (1 + WARP2D)
-#define SN (NT / MT)
-#define OTW (OT / MT)
-  const int wkey = WARP2D ? (warp & 1) * 32 : wrow, wcol = WARP2D ? (warp >> 1) * (DP / 2) : 0;
+  const int wkey = WARP2D ? (warp & 1) * 32 : warp * 16 * QT, wcol = WARP2D ? (warp >> 1) * (DP / 2) : 0;
   const int wq = WARP2D ? (warp >> 1) * (BN / 2) : 0;
   const tile_ref q_n = TILE_REF(Qs + BN_LANE(lane)), o_n = TILE_REF(dOs + BN_LANE(lane));
   const tile_ref q_k = TILE_REF(Qs + BK_LANE(lane)), o_k = TILE_REF(dOs + BK_LANE(lane));
@@ -513,7 +517,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 #if !KV_LOCAL
   /* The lane's two key rows of K and V (rows past nk read row nk - 1: their entries are hidden, and a block
      with no key below nk has no steps). */
-  const int kr0 = max(min(k0 + wrow + g, nk - 1), 0), kr1 = max(min(k0 + wrow + g + 8, nk - 1), 0);
+  const int kr0 = max(min(k0 + wkey + g, nk - 1), 0), kr1 = max(min(k0 + wkey + g + 8, nk - 1), 0);
   const fcl_arows kf = {k + kbase + (long)kr0 * k_sn + t, k + kbase + (long)kr1 * k_sn + t};
   const fcl_arows vf = {v + vbase + (long)kr0 * v_sn + t, v + vbase + (long)kr1 * v_sn + t};
 #else
@@ -552,11 +556,12 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     if (st + 1 < nsteps) STEP_LOAD(st + 1);
 
     /* dP^T = V dO^T and S^T = K Q^T (keys as rows, this step's query rows as columns). With WARP2D the pair's 32
-       keys against the warp's half of the rows: each ldmatrix of Q or dO serves both m16 tiles of keys. */
-    float dp[NT][4], s[NT][4];
-#if WARP2D
+       keys against the warp's half of the rows, with QT 2 the warp's 32 keys against all of them: each ldmatrix of
+       Q or dO serves both m16 tiles of keys. */
+    float dp[MT * SN][4], s[MT * SN][4];
+#if MT == 2
 #pragma unroll
-    for (int i = 0; i < NT; ++i)
+    for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
 #pragma unroll
@@ -605,7 +610,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     const int buf = st & 1;
     if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {
 #pragma unroll
-      for (int i = 0; i < NT; ++i)
+      for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
@@ -618,7 +623,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     } else {
       const float sl2 = qk_scale;
 #pragma unroll
-      for (int i = 0; i < NT; ++i)
+      for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
@@ -646,6 +651,16 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
     PAIR_SYNC();
     fcl_mma_ab_x(dk, x_a, TILE_AT(q_k, boff + wcol));
 #undef X_STORE
+#elif QT > 1
+    /* dV += P^T dO, dK += dS^T Q for both m16 tiles of keys, each ldmatrix of dO or Q serving both. */
+    uint pa[QT * PT][4], da[QT * PT][4];
+#pragma unroll
+    for (int mt = 0; mt < QT; ++mt) {
+      fcl_pack_a(pa + mt * PT, s + mt * SN);
+      fcl_pack_a(da + mt * PT, dp + mt * SN);
+    }
+    fcl_mma_ab_tiles((float(*)[OT][4])dv, pa, TILE_AT(o_k, boff));
+    fcl_mma_ab_tiles((float(*)[OT][4])dk, da, TILE_AT(q_k, boff));
 #else
     uint pa[PT][PA_REGS], da[PT][PA_REGS];
     fcl_pack_a(pa, s);
