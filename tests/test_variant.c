@@ -878,13 +878,15 @@ static void backward_planner_cases(void) {
   }
 
   /* dkdv_tiles (the seventh value) 2: each dK/dV warp owns two m16 tiles of keys (QT), 128 keys a work-group of 4
-     warps, only with K and V resident without the warp tiles, f16 or bf16, and a padded head_dim up to 64. */
+     warps, only with K and V resident without the warp tiles, f16 or bf16, a padded head_dim up to 64 and steps of a
+     multiple of 32 rows (the chunks S^T and dP^T are taken in). */
   static const struct {
     const char *shape;
     int d, dtype, two;
   } key_tiles[] = {{"4,32,4,64,1,2,2", 64, FCL_DTYPE_F16, 1}, {"4,32,4,64,1,2,2", 40, FCL_DTYPE_BF16, 1},
                    {"4,32,4,64,1,2,2", 128, FCL_DTYPE_F16, 0}, {"4,32,4,64,2,2,2", 64, FCL_DTYPE_F16, 0},
-                   {"4,32,4,64,0,2,2", 64, FCL_DTYPE_F16, 0}, {"4,32,4,64,1,2,2", 64, FCL_DTYPE_F32, 0}};
+                   {"4,32,4,64,0,2,2", 64, FCL_DTYPE_F16, 0}, {"4,32,4,64,1,2,2", 64, FCL_DTYPE_F32, 0},
+                   {"4,48,4,64,1,2,2", 64, FCL_DTYPE_F16, 0}};
   for (size_t i = 0; i < sizeof key_tiles / sizeof key_tiles[0]; ++i) {
     check(fcl_parse_backward_shape(key_tiles[i].shape, ov.backward_shape) == 0 && ov.backward_shape[6] == 2,
           "FLASHCL_BACKWARD_SHAPE=%s parsed", key_tiles[i].shape);
@@ -894,7 +896,7 @@ static void backward_planner_cases(void) {
     if (r == 0) fcl_variants[FCL_VARIANT_NVIDIA_BACKWARD].defines(&pk, &t[0], FCL_BWD_DKDV, "", defs, sizeof defs);
     const int two = key_tiles[i].two;
     /* Two step buffers of Q and dO [32][ds] and K, V [128][ds] resident, lse and Dvec [2][32]. */
-    const size_t want = (size_t)(4 * 32 + 2 * 128) * (size_t)t[0].ds * 2 + 4 * 32 * 4;
+    const size_t want = (size_t)(4 * 32 + 2 * 128) * (size_t)(r == 0 ? t[0].ds : 0) * 2 + 4 * 32 * 4;
     check(r == 0 && t[0].rm == (two ? 2 : 1) && t[0].bc == 64 * (two ? 2 : 1) && !strstr(defs, "-DQT=2") == !two &&
               (!two || (strstr(t[0].reason, "4 warps x 32 keys") && t[0].local_bytes == want)),
           "backward planner, %s head_dim %d, FLASHCL_BACKWARD_SHAPE=%s: %d key tiles a warp (want %d), %zu B: %s",

@@ -4,8 +4,8 @@
  * cl/nvidia/flash_fwd_mma.cl uses them; f32 (DTYPE 0) through mma.sync m16n8k8 as 3xTF32, see "f32" below. One
  * kernel per program (MMA_KIND selects it):
  *
- *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 key rows of one (batch, kv head);
- *                                   warp w owns keys 16w..16w+15, whose K and V fragments it reads once into
+ *   MMA_KIND 1  flash_bwd_dkdv_mma  a work-group of NW warps owns BM = NW * 16 QT key rows of one (batch, kv
+ *                                   head); warp w owns keys 16 QT w on, whose K and V fragments it reads once into
  *                                   registers (or, KV_RESIDENT, at each step from K and V tiles kept in local
  *                                   memory, as FlashAttention-2 does); the query rows of every query head of
  *                                   the kv head's group stream through two local buffers of BN rows of Q and
@@ -68,13 +68,14 @@
 
 #define WG (NW * 32)
 /* QT: m16 tiles a warp owns (1, or 2 with f16 and bf16). The dQ kernel's are query rows: each ldmatrix of K or V
-   then feeds both tiles' products (docs/notes-nvidia.md v44). The dK/dV kernel's are keys (KV_RESIDENT, no WARP2D,
-   DP up to 64): each ldmatrix of Q or dO then feeds both tiles' products, and the step's rows are few enough (BN)
-   for S^T and dP^T of both tiles to fit in registers beside their dK and dV accumulators. In the dQ kernel, up to a padded head_dim of 64 both tiles' Q and dO fragments stay
-   in registers; above it (QLOCAL) the Q and dO rows stay in local memory and each chunk reads their fragments with
-   ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v47). The dQ kernel takes a tile's keys
-   in chunks of QN n8 tiles (QK k steps): the whole tile, or with QT 2 16 keys (32 with QLOCAL, over which each Q
-   and dO fragment read serves), so that S and dP of both m16 tiles fit in registers. */
+   then feeds both tiles' products (docs/notes-nvidia.md v44). Up to a padded head_dim of 64 both tiles' Q and dO
+   fragments stay in registers; above it (QLOCAL) the Q and dO rows stay in local memory and each chunk reads their
+   fragments with ldmatrix, which leaves the registers to the two tiles' dQ accumulators (v47). The dQ kernel takes a
+   tile's keys in chunks of QN n8 tiles (QK k steps): the whole tile, or with QT 2 16 keys (32 with QLOCAL, over
+   which each Q and dO fragment read serves), so that S and dP of both m16 tiles fit in registers. The dK/dV
+   kernel's are keys (KV_RESIDENT without WARP2D, DP up to 64): each ldmatrix of Q or dO then feeds both tiles'
+   products, and its steps are short enough (BN) for S^T and dP^T of both tiles to fit in registers beside their
+   dK and dV accumulators. */
 #ifndef QT
 #define QT 1
 #endif
@@ -85,7 +86,7 @@
 #if QLOCAL && BN % 32 != 0
 #error "flash_bwd_mma: QT 2 above DP 64 takes key tiles of a multiple of 32"
 #endif
-#define QN (MMA_KIND == 2 && QT > 1 ? (QLOCAL ? 4 : 2) : NT)
+#define QN (QT > 1 ? (MMA_KIND == 1 || QLOCAL ? 4 : 2) : NT)
 #define QK (QN * 8 / KSTEP)
 #define BM (NW * 16 * QT) /* rows a work-group owns: keys (dK/dV) or query rows (dQ), 16 QT a warp */
 #if DTYPE == 0
@@ -413,8 +414,8 @@ FCL_ALWAYS_INLINE void fcl_pack_a(uint a[PT][PA_REGS], float s[NT][4]) {
 #if KV_RESIDENT && DTYPE == 0
 #error "flash_bwd_mma: KV_RESIDENT takes f16 or bf16"
 #endif
-#if QT > 1 && (!KV_RESIDENT || WARP2D)
-#error "flash_bwd_mma: two key tiles a warp take KV_RESIDENT without WARP2D"
+#if QT > 1 && (!KV_RESIDENT || WARP2D || BN % 32 != 0)
+#error "flash_bwd_mma: two key tiles a warp take KV_RESIDENT without WARP2D, steps of a multiple of 32 rows"
 #endif
 #define KV_LOCAL (DTYPE != 0)
 #define KV_OVER_BOTH (KV_LOCAL && !KV_RESIDENT && BM > BN && BM <= 2 * BN)
@@ -500,7 +501,8 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
      32). Its S^T and dP^T: those keys against SN n8 tiles of the step's query rows from wq (tile mt SN + i); its
      dK, dV accumulators: against OTW n8 tiles of columns from wcol (accumulator mt OTW + i). */
 #define MT (WARP2D ? 2 : QT)
-#define SN (WARP2D ? NT / 2 : NT)
+#define SN (WARP2D ? NT / 2 : QT > 1 ? QN : NT)
+#define NCH (QT > 1 ? NT / QN : 1) /* chunks of a step's rows (QT 2: of 32 rows, each its S^T, dP^T, dV, dK) */
 #define OTW (WARP2D ? OT / 2 : OT)
   float dk[MT * OTW][4], dv[MT * OTW][4];
 #pragma unroll
@@ -555,121 +557,125 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
                                      at st = 0 the K, V tiles over it) */
     if (st + 1 < nsteps) STEP_LOAD(st + 1);
 
-    /* dP^T = V dO^T and S^T = K Q^T (keys as rows, this step's query rows as columns). With WARP2D the pair's 32
-       keys against the warp's half of the rows, with QT 2 the warp's 32 keys against all of them: each ldmatrix of
-       Q or dO serves both m16 tiles of keys. */
-    float dp[MT * SN][4], s[MT * SN][4];
+#pragma unroll 1
+    for (int ch = 0; ch < NCH; ++ch) {
+      const int cq = wq + ch * SN * 8; /* the chunk's first row in the step */
+      /* dP^T = V dO^T and S^T = K Q^T (keys as rows, this step's query rows as columns). With WARP2D the pair's 32
+         keys against the warp's half of the rows, with QT 2 the warp's 32 keys against the chunk's 32 rows: each
+         ldmatrix of Q or dO serves both m16 tiles of keys. */
+      float dp[MT * SN][4], s[MT * SN][4];
 #if MT == 2
 #pragma unroll
-    for (int i = 0; i < MT * SN; ++i)
+      for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-      uint ka[2][4], va[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        LDSM_X4(ka[mt][0], ka[mt][1], ka[mt][2], ka[mt][3], k_a + (uint)((mt * 16 * DS + kk * 16) * 2));
-        LDSM_X4(va[mt][0], va[mt][1], va[mt][2], va[mt][3], v_a + (uint)((mt * 16 * DS + kk * 16) * 2));
-      }
-#pragma unroll
-      for (int np = 0; np < SN / 2; ++np) {
-        uint b0, b1, b2, b3;
-        LDSM_X4(b0, b1, b2, b3, TILE_AT(q_n, boff + (wq + np * 16) * DS + kk * 16));
+      for (int kk = 0; kk < KT; ++kk) {
+        uint ka[2][4], va[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          MMA(s[mt * SN + 2 * np], ka[mt], b0, b1);
-          MMA(s[mt * SN + 2 * np + 1], ka[mt], b2, b3);
+          LDSM_X4(ka[mt][0], ka[mt][1], ka[mt][2], ka[mt][3], k_a + (uint)((mt * 16 * DS + kk * 16) * 2));
+          LDSM_X4(va[mt][0], va[mt][1], va[mt][2], va[mt][3], v_a + (uint)((mt * 16 * DS + kk * 16) * 2));
         }
-        LDSM_X4(b0, b1, b2, b3, TILE_AT(o_n, boff + (wq + np * 16) * DS + kk * 16));
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          MMA(dp[mt * SN + 2 * np], va[mt], b0, b1);
-          MMA(dp[mt * SN + 2 * np + 1], va[mt], b2, b3);
+        for (int np = 0; np < SN / 2; ++np) {
+          uint b0, b1, b2, b3;
+          LDSM_X4(b0, b1, b2, b3, TILE_AT(q_n, boff + (cq + np * 16) * DS + kk * 16));
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            MMA(s[mt * SN + 2 * np], ka[mt], b0, b1);
+            MMA(s[mt * SN + 2 * np + 1], ka[mt], b2, b3);
+          }
+          LDSM_X4(b0, b1, b2, b3, TILE_AT(o_n, boff + (cq + np * 16) * DS + kk * 16));
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            MMA(dp[mt * SN + 2 * np], va[mt], b0, b1);
+            MMA(dp[mt * SN + 2 * np + 1], va[mt], b2, b3);
+          }
         }
       }
-    }
 #elif KV_RESIDENT
-    fcl_mma_abt_l(dp, v_a, TILE_AT(o_n, boff));
-    fcl_mma_abt_l(s, k_a, TILE_AT(q_n, boff));
+      fcl_mma_abt_l(dp, v_a, TILE_AT(o_n, boff));
+      fcl_mma_abt_l(s, k_a, TILE_AT(q_n, boff));
 #else
-    fcl_mma_abt(dp, vf, TILE_AT(o_n, boff));
-    fcl_mma_abt(s, kf, TILE_AT(q_n, boff));
+      fcl_mma_abt(dp, vf, TILE_AT(o_n, boff));
+      fcl_mma_abt(s, kf, TILE_AT(q_n, boff));
 #endif
 
-    /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
-       through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
-       the top). */
+      /* P^T and dS^T in place of S^T and dP^T. Only tiles that reach a hidden entry (or all, with modifiers) go
+         through the mask layer; the tile's last query row is its last one below nq (tail rows are zeros, see
+         the top). */
 #if ALIBI || MASK
-    fcl_mods hmods;
-    FCL_MODS_INIT(hmods, b, h, nq, nk);
+      fcl_mods hmods;
+      FCL_MODS_INIT(hmods, b, h, nq, nk);
 #define HMODS (&hmods)
 #else
 #define HMODS (&mods)
 #endif
-    const int buf = st & 1;
-    if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {
+      const int buf = st & 1;
+      if (SCORE_MODS || fcl_tile_masked(&mods, q0, min(q0 + BN, nq) - 1, k0, BM, nk)) {
 #pragma unroll
-      for (int i = 0; i < MT * SN; ++i)
+        for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
-          const int key = k0 + wkey + (i / SN) * 16 + g + (e >> 1) * 8;
-          float p, ds;
-          MMA_P_DS(p, ds, HMODS, s[i][e], dp[i][e], q0 + c, key, Ls[buf][c], Dl[buf][c]);
-          s[i][e] = p;
-          dp[i][e] = ds;
-        }
-    } else {
-      const float sl2 = qk_scale;
+          for (int e = 0; e < 4; ++e) {
+            const int c = cq + (i % SN) * 8 + 2 * t + (e & 1);
+            const int key = k0 + wkey + (i / SN) * 16 + g + (e >> 1) * 8;
+            float p, ds;
+            MMA_P_DS(p, ds, HMODS, s[i][e], dp[i][e], q0 + c, key, Ls[buf][c], Dl[buf][c]);
+            s[i][e] = p;
+            dp[i][e] = ds;
+          }
+      } else {
+        const float sl2 = qk_scale;
 #pragma unroll
-      for (int i = 0; i < MT * SN; ++i)
+        for (int i = 0; i < MT * SN; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = wq + (i % SN) * 8 + 2 * t + (e & 1);
-          const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));
-          s[i][e] = p;
-          dp[i][e] = p * (dp[i][e] - Dl[buf][c]);
-        }
-    }
+          for (int e = 0; e < 4; ++e) {
+            const int c = cq + (i % SN) * 8 + 2 * t + (e & 1);
+            const float p = native_exp2(fma(s[i][e], sl2, -Ls[buf][c]));
+            s[i][e] = p;
+            dp[i][e] = p * (dp[i][e] - Dl[buf][c]);
+          }
+      }
 #if WARP2D
-    /* P^T to the exchange tile, dV += P^T dO over the step's rows (the pair's two halves of P^T), then dS^T in its
-       place once the pair has read P^T, and dK += dS^T Q. */
+      /* P^T to the exchange tile, dV += P^T dO over the step's rows (the pair's two halves of P^T), then dS^T in its
+         place once the pair has read P^T, and dK += dS^T Q. */
 #define X_STORE(x)                                                                                   \
-  do {                                                                                               \
-    _Pragma("unroll") for (int i = 0; i < NT; ++i) {                                                 \
-      __local elem_t *x_ = Xs + (wkey + (i / SN) * 16 + g) * XS + wq + (i % SN) * 8 + 2 * t;         \
-      STORE_PAIR(x_, x[i][0], x[i][1]);                                                              \
-      STORE_PAIR(x_ + 8 * XS, x[i][2], x[i][3]);                                                     \
-    }                                                                                                \
-  } while (0)
-    X_STORE(s);
-    PAIR_SYNC();
-    fcl_mma_ab_x(dv, x_a, TILE_AT(o_k, boff + wcol));
-    PAIR_SYNC();
-    X_STORE(dp);
-    PAIR_SYNC();
-    fcl_mma_ab_x(dk, x_a, TILE_AT(q_k, boff + wcol));
+    do {                                                                                               \
+      _Pragma("unroll") for (int i = 0; i < NT; ++i) {                                                 \
+        __local elem_t *x_ = Xs + (wkey + (i / SN) * 16 + g) * XS + cq + (i % SN) * 8 + 2 * t;         \
+        STORE_PAIR(x_, x[i][0], x[i][1]);                                                              \
+        STORE_PAIR(x_ + 8 * XS, x[i][2], x[i][3]);                                                     \
+      }                                                                                                \
+    } while (0)
+      X_STORE(s);
+      PAIR_SYNC();
+      fcl_mma_ab_x(dv, x_a, TILE_AT(o_k, boff + wcol));
+      PAIR_SYNC();
+      X_STORE(dp);
+      PAIR_SYNC();
+      fcl_mma_ab_x(dk, x_a, TILE_AT(q_k, boff + wcol));
 #undef X_STORE
 #elif QT > 1
-    /* dV += P^T dO, dK += dS^T Q for both m16 tiles of keys, each ldmatrix of dO or Q serving both. */
-    uint pa[QT * PT][4], da[QT * PT][4];
+      /* dV += P^T dO, dK += dS^T Q for both m16 tiles of keys, each ldmatrix of dO or Q serving both. */
+      uint pa[QT * QK][4], da[QT * QK][4];
 #pragma unroll
-    for (int mt = 0; mt < QT; ++mt) {
-      fcl_pack_a(pa + mt * PT, s + mt * SN);
-      fcl_pack_a(da + mt * PT, dp + mt * SN);
-    }
-    fcl_mma_ab_tiles((float(*)[OT][4])dv, pa, TILE_AT(o_k, boff));
-    fcl_mma_ab_tiles((float(*)[OT][4])dk, da, TILE_AT(q_k, boff));
+      for (int mt = 0; mt < QT; ++mt) {
+        fcl_pack_a(pa + mt * QK, s + mt * SN);
+        fcl_pack_a(da + mt * QK, dp + mt * SN);
+      }
+      fcl_mma_ab_tiles((float(*)[OT][4])dv, pa, TILE_AT(o_k, boff + cq * DS));
+      fcl_mma_ab_tiles((float(*)[OT][4])dk, da, TILE_AT(q_k, boff + cq * DS));
 #else
-    uint pa[PT][PA_REGS], da[PT][PA_REGS];
-    fcl_pack_a(pa, s);
-    fcl_pack_a(da, dp);
+      uint pa[PT][PA_REGS], da[PT][PA_REGS];
+      fcl_pack_a(pa, s);
+      fcl_pack_a(da, dp);
 
-    /* dV += P^T dO, dK += dS^T Q. */
-    fcl_mma_ab(dv, pa, TILE_AT(o_k, boff));
-    fcl_mma_ab(dk, da, TILE_AT(q_k, boff));
+      /* dV += P^T dO, dK += dS^T Q. */
+      fcl_mma_ab(dv, pa, TILE_AT(o_k, boff));
+      fcl_mma_ab(dk, da, TILE_AT(q_k, boff));
 #endif
+    }
   }
 
   /* Which of the lane's two key rows hold a non-finite accumulator (a NaN or inf reached them as 0 * x from a
@@ -781,6 +787,7 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
 #undef MT
 #undef SN
 #undef OTW
+#undef NCH
 #undef LBASE
 #undef STEP_LOAD
 #undef HMODS
