@@ -15,8 +15,8 @@ left() { echo $((L - $(el))); }
 # Nothing prepared waits (notes v48: the table, the criterion and the chunk patch ran). The default reruns the whole
 # suite, issue 14's table and FlashAttention-2's criterion on the tree (at LIMIT=560 they fit one call; carry .whl
 # for fa2). STEPS names which of these run, each only while enough of the call is left:
-#   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE=$FORCED (shapes the defaults do not
-#          take, checked before they are timed)
+#   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE set to each of $FORCED (shapes the
+#          defaults do not take, checked before they are timed; "default" is the planner's own)
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
@@ -30,10 +30,10 @@ export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built, $(el) s"
 if [[ $steps == *" forced "* ]] && [ "$(left)" -gt 150 ]; then
-  for shape in ${FORCED:-4,32,4,64,1,2,2}; do
+  for shape in ${FORCED:-4,128,4,64,1,2,2 default}; do
     (cd build-gpu && FLASHCL_BACKWARD_SHAPE=$shape timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
-      --timeout 200 >"$out/forced_$shape.log" 2>&1)
-    echo "FLASHCL_BACKWARD_SHAPE=$shape:"; grep -E "tests passed|Failed|\*\*\*" "$out/forced_$shape.log" | tail -8
+      --timeout 200 >"$out/forced_${shape//,/_}.log" 2>&1)
+    echo "FLASHCL_BACKWARD_SHAPE=$shape:"; grep -E "tests passed|Failed|\*\*\*" "$out/forced_${shape//,/_}.log" | grep -v Skipped | tail -8
   done
   echo "== forced, $(el) s"
 fi
