@@ -20,7 +20,8 @@ left() { echo $((L - $(el))); }
 #   rows   one tile (FLASHCL_BACKWARD_SHAPE=...,1) against two (...,2) and the default, f16 and bf16, rows BACKWARD_ROWS
 #          (shapes.sh's "D N [FLAGS];...", default head_dim 32 at N = 4096 and 16384, which no A/B had measured)
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
-#   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends
+#   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends (TABLE_HEAD_DIMS, default
+#          64,128)
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 steps=" ${STEPS:-suite table fa2} "
 # The steps run on the tree as it is, built once into build-gpu.
@@ -53,7 +54,7 @@ if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
 fi
 if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
   timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
-    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim 64,128 --causal both \
+    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" --causal both \
     --seqlen 1024,4096,16384 >"$out/table_backward.txt" 2>"$out/table_backward.err"
   tail -32 "$out/table_backward.txt"
   echo "== table, $(el) s"
