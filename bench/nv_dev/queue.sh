@@ -54,8 +54,9 @@ if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
 fi
 if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
   timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
-    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" --causal both \
-    --seqlen 1024,4096,16384 >"$out/table_backward.txt" 2>"$out/table_backward.err"
+    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" \
+    --causal both --seqlen 1024,4096,16384 --json "$out/table_backward.jsonl" >"$out/table_backward.txt" \
+    2>"$out/table_backward.err"
   tail -32 "$out/table_backward.txt"
   echo "== table, $(el) s"
 fi
