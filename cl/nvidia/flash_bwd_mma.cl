@@ -641,13 +641,13 @@ void flash_bwd_dkdv_mma(__global const store_t *q, __global const store_t *k, __
       /* P^T to the exchange tile, dV += P^T dO over the step's rows (the pair's two halves of P^T), then dS^T in its
          place once the pair has read P^T, and dK += dS^T Q. */
 #define X_STORE(x)                                                                                   \
-    do {                                                                                               \
-      _Pragma("unroll") for (int i = 0; i < NT; ++i) {                                                 \
-        __local elem_t *x_ = Xs + (wkey + (i / SN) * 16 + g) * XS + cq + (i % SN) * 8 + 2 * t;         \
-        STORE_PAIR(x_, x[i][0], x[i][1]);                                                              \
-        STORE_PAIR(x_ + 8 * XS, x[i][2], x[i][3]);                                                     \
-      }                                                                                                \
-    } while (0)
+  do {                                                                                               \
+    _Pragma("unroll") for (int i = 0; i < NT; ++i) {                                                 \
+      __local elem_t *x_ = Xs + (wkey + (i / SN) * 16 + g) * XS + cq + (i % SN) * 8 + 2 * t;         \
+      STORE_PAIR(x_, x[i][0], x[i][1]);                                                              \
+      STORE_PAIR(x_ + 8 * XS, x[i][2], x[i][3]);                                                     \
+    }                                                                                                \
+  } while (0)
       X_STORE(s);
       PAIR_SYNC();
       fcl_mma_ab_x(dv, x_a, TILE_AT(o_k, boff + wcol));
