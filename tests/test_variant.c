@@ -616,32 +616,25 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f32 backward head_dim 128: %d-row steps, %d-key tiles (want %d)",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", rb == 0 ? tb[FCL_BWD_DKDV].br : 0,
           rb == 0 ? tb[FCL_BWD_DQ].bc : 0, rows);
-    /* f16 and bf16 at head_dim 64 and 32 without a score modifier: two m16 tiles of keys a warp, K and V resident,
-       128-row steps (110 KiB at head_dim 64, 62 KiB at 32) where both kernels fit two a unit (9.0 here; at head_dim
-       32 8.0 too); with a softcap at head_dim 64 one tile, K and V resident (92 KiB) where that fits two a unit;
-       else, and with a mask everywhere, 64-row steps within 48 KiB. */
+    /* f16 and bf16 at head_dim 64: K and V resident with 128-row steps (92 KiB) where both kernels fit two a unit
+       (9.0 here), else 64-row steps within 48 KiB; 64-row steps at head_dim 32 and with a mask everywhere. */
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
-      static const char *const what[] = {"", "", ", a mask", ", a softcap"};
-      for (int variant = 0; variant < 4; ++variant) {
+      for (int variant = 0; variant < 3; ++variant) {
         fcl_problem ph = test_problem(variant == 1 ? 32 : 64, (fcl_dtype)dt, c[i].nq, 0);
         if (variant == 2) {
           ph.mask = (cl_mem)&ph;
           ph.mask_dtype = FCL_DTYPE_F16;
         }
-        if (variant == 3) ph.softcap = 30.0f;
         const int r64 = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
-        const int two = !c[i].limited && ((variant == 0 && c[i].block_local >= (227 << 10)) ||
-                                          (variant == 1 && c[i].block_local >= (163 << 10)));
-        const int resident = two || (variant == 3 && !c[i].limited && c[i].block_local >= (227 << 10));
-        check(r64 == 0 && tb[FCL_BWD_DKDV].kv_resident == resident && tb[FCL_BWD_DKDV].rm == (two ? 2 : 1) &&
-                  tb[FCL_BWD_DKDV].bc == (two ? 128 : 64) && tb[FCL_BWD_DKDV].br == (resident ? 128 : 64) &&
-                  tb[FCL_BWD_DQ].bc == 64 && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident,
-              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d keys, %d-row steps%s (want %d, "
-              "%d%s)",
+        const int resident64 = variant == 0 && !c[i].limited && c[i].block_local >= (227 << 10);
+        check(r64 == 0 && tb[FCL_BWD_DKDV].kv_resident == resident64 &&
+                  tb[FCL_BWD_DKDV].br == (resident64 ? 128 : 64) && tb[FCL_BWD_DQ].bc == 64 &&
+                  (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident64,
+              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps%s (want %d%s)",
               c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
-              (int)ph.d, what[variant], r64 == 0 ? tb[FCL_BWD_DKDV].bc : 0, r64 == 0 ? tb[FCL_BWD_DKDV].br : 0,
-              r64 == 0 && tb[FCL_BWD_DKDV].kv_resident ? ", K and V resident" : "", two ? 128 : 64,
-              resident ? 128 : 64, resident ? ", K and V resident" : "");
+              (int)ph.d, variant == 2 ? ", a mask" : "", r64 == 0 ? tb[FCL_BWD_DKDV].br : 0,
+              r64 == 0 && tb[FCL_BWD_DKDV].kv_resident ? ", K and V resident" : "", resident64 ? 128 : 64,
+              resident64 ? ", K and V resident" : "");
       }
     }
     /* f16 and bf16 at head_dim 128: K and V resident (with FlashAttention-2's warp tiles, kv_resident 2: below), 64-row
