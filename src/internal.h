@@ -85,7 +85,7 @@ typedef struct fcl_plan_overrides {
   int forward_splits; /* FLASHCL_FORWARD_SPLITS: the split-KV count of every forward (0: the planner's) */
   /* FLASHCL_BACKWARD_SHAPE: the tensor-core backward's first shapes, used where they fit: dK/dV warps and query
      rows a step, dQ warps and keys a tile (0: none), whether dK/dV keeps K and V in local memory (2: with warp
-     tiles) and the dQ kernel's m16 tiles a warp */
+     tiles), the dQ kernel's m16 tiles a warp and the dK/dV kernel's */
   int backward_shape[7];
   /* FLASHCL_FORWARD_MMA_SHAPE: the tensor-core forward's first shape, used where it fits: warps, m16 tiles a
      warp, key-tile rows, Q tile in local memory, K/V tile buffers of its ring, Q's k steps in registers with
