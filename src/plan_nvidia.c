@@ -451,7 +451,8 @@ static void take_backward_shape(const fcl_problem *p, const nvidia_backward_shap
     if (t->kv_resident == 2 && (t->tr != 4 || t->br % 32 || t->dp % 32)) t->kv_resident = 1;
     /* Two m16 tiles of keys a warp (QT) take K and V resident without the warp tiles, and a padded head_dim up to
        64: their dK and dV accumulators are 128 registers a lane, beside S^T and dP^T of a step's rows, which they
-       take in chunks of 32. */
+       take in chunks of 32. flash_bwd_mma.cl refuses QT 2 in the dK/dV kernel outside these conditions; the two
+       must agree. */
     t->rm = sh->tiles == 2 && t->kv_resident == 1 && t->dp <= 64 && t->br % 32 == 0 ? 2 : 1;
     t->bc = t->tr * 16 * t->rm; /* key rows owned */
   } else {

@@ -30,7 +30,7 @@ steps=" ${STEPS:-forced rows table fa2} "
 if [ "${KEY_TILES:-1}" = 1 ] && ! grep -q "dkdv = {4, 128, 1, 2}" src/plan_nvidia.c; then
   git apply bench/nv_dev/patches/bwd-dkdv-key-tiles-default.patch || exit 1
 fi
-# The steps run on the tree as it is, built once into build-gpu.
+# The steps run on the tree as it is (with that patch), built once into build-gpu.
 [[ $steps =~ \ (forced|rows|suite|table|fa2)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
@@ -40,14 +40,16 @@ if [[ $steps == *" forced "* ]] && [ "$(left)" -gt 150 ]; then
   for shape in ${FORCED:-4,128,4,64,1,2,2 default}; do
     (cd build-gpu && FLASHCL_BACKWARD_SHAPE=$shape timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
       --timeout 200 >"$out/forced_${shape//,/_}.log" 2>&1)
-    echo "FLASHCL_BACKWARD_SHAPE=$shape:"; grep -E "tests passed|Failed|\*\*\*" "$out/forced_${shape//,/_}.log" | grep -v Skipped | tail -8
+    echo "FLASHCL_BACKWARD_SHAPE=$shape:"
+    grep -E "tests passed|Failed|\*\*\*" "$out/forced_${shape//,/_}.log" | grep -v Skipped | tail -8
   done
   echo "== forced, $(el) s"
 fi
 if [[ $steps == *" rows "* ]]; then
   for dt in f16 bf16; do
     [ "$(left)" -gt 200 ] || break
-    DEVICE=$FLASHCL_TEST_DEVICE BUILD=build-gpu BACKWARD_DTYPE=$dt BACKWARD_ROWS="${BACKWARD_ROWS:-64 4096 --softcap 30;64 4096 --alibi;64 4096 --mask f16}" \
+    DEVICE=$FLASHCL_TEST_DEVICE BUILD=build-gpu BACKWARD_DTYPE=$dt \
+      BACKWARD_ROWS="${BACKWARD_ROWS:-64 4096 --softcap 30;64 4096 --alibi;64 4096 --mask f16}" \
       BACKWARD_SHAPES="${BACKWARD_SHAPES:-default 4,128,4,64,1,2,2}" OUT=$out/rows \
       bash bench/nv_dev/shapes.sh backward 2>&1 | grep "^backward" | tee -a "$out/rows.txt"
   done
