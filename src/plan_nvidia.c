@@ -388,6 +388,13 @@ typedef struct nvidia_backward_default {
   nvidia_backward_shape dq_windowed;
 } nvidia_backward_default;
 static const nvidia_backward_default backward_defaults[] = {
+    /* dK/dV: 4 warps of two m16 tiles of keys (128 keys), 128-row steps taken in chunks of 32, K and V kept in local
+       memory (110 KiB); dQ as in the next row. On an H100 8.5-12% less backward time than the next row at head_dim 64
+       (causal the least), 10-15% at head_dim 32, where that row does not apply, 6-15% with a softcap or ALiBi, but 30%
+       more with an f16 mask, which keeps the next rows (docs/notes-nvidia.md v49, v50). Not measured at head_dim 16
+       and below. */
+    {.max_head_dim = 64, .dkdv = {4, 128, 1, 2}, .dq = {4, 64, 0, 2}, .two_a_unit = 1, .no_mask = 1,
+     .above_head_dim = 16, .windowed_rows = 1024, .dq_windowed = {4, 64, 0, 1}},
     /* dK/dV: 4 warps (64 keys), 128-row steps, K and V kept in local memory (KV_RESIDENT, 92 KiB); dQ: 4 warps of
        two m16 tiles of query rows (QT, 128 rows), 64-key tiles (36 KiB). On an H100 at head_dim 64 3-5% faster than
        the next row not causal, 0-3% causal, equal with a softcap; 2% slower at head_dim 32 and 62% slower with an

@@ -616,25 +616,31 @@ static void large_local_cases(void) {
           "planner: compute capability %d.%d%s, f32 backward head_dim 128: %d-row steps, %d-key tiles (want %d)",
           c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", rb == 0 ? tb[FCL_BWD_DKDV].br : 0,
           rb == 0 ? tb[FCL_BWD_DQ].bc : 0, rows);
-    /* f16 and bf16 at head_dim 64: K and V resident with 128-row steps (92 KiB) where both kernels fit two a unit
-       (9.0 here), else 64-row steps within 48 KiB; 64-row steps at head_dim 32 and with a mask everywhere. */
+    /* f16 and bf16 at head_dim 64 and 32 without a mask (a softcap or ALiBi included): two m16 tiles of keys a warp,
+       K and V resident, 128-row steps (110 KiB at head_dim 64, 62 KiB at 32) where both kernels fit two a unit (9.0
+       here; at head_dim 32 8.0 too); else, and with a mask everywhere, 64-row steps within 48 KiB. */
     for (int dt = FCL_DTYPE_F16; dt <= FCL_DTYPE_BF16; ++dt) {
-      for (int variant = 0; variant < 3; ++variant) {
-        fcl_problem ph = test_problem(variant == 1 ? 32 : 64, (fcl_dtype)dt, c[i].nq, 0);
+      static const char *const what[] = {"", "", ", a mask", ", a softcap", ", ALiBi"};
+      for (int variant = 0; variant < 5; ++variant) {
+        const int d32 = variant == 1 || variant == 4;
+        fcl_problem ph = test_problem(d32 ? 32 : 64, (fcl_dtype)dt, c[i].nq, 0);
         if (variant == 2) {
           ph.mask = (cl_mem)&ph;
           ph.mask_dtype = FCL_DTYPE_F16;
         }
+        if (variant == 3) ph.softcap = 30.0f;
+        if (variant == 4) ph.alibi = (cl_mem)&ph;
         const int r64 = fcl_plan_nvidia_backward(&nv, &no_overrides, &ph, 0, NULL, tb);
-        const int resident64 = variant == 0 && !c[i].limited && c[i].block_local >= (227 << 10);
-        check(r64 == 0 && tb[FCL_BWD_DKDV].kv_resident == resident64 &&
-                  tb[FCL_BWD_DKDV].br == (resident64 ? 128 : 64) && tb[FCL_BWD_DQ].bc == 64 &&
-                  (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == resident64,
-              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d-row steps%s (want %d%s)",
+        const int two = !c[i].limited && variant != 2 && c[i].block_local >= (d32 ? (163 << 10) : (227 << 10));
+        check(r64 == 0 && tb[FCL_BWD_DKDV].kv_resident == two && tb[FCL_BWD_DKDV].rm == (two ? 2 : 1) &&
+                  tb[FCL_BWD_DKDV].bc == (two ? 128 : 64) && tb[FCL_BWD_DKDV].br == (two ? 128 : 64) &&
+                  tb[FCL_BWD_DQ].bc == 64 && (tb[FCL_BWD_DKDV].local_bytes > (48 << 10)) == two,
+              "planner: compute capability %d.%d%s, %s backward head_dim %d%s: %d keys, %d-row steps%s (want %d, "
+              "%d%s)",
               c[i].major, c[i].minor, c[i].limited ? " limited to 48 KiB" : "", dtype_name((fcl_dtype)dt),
-              (int)ph.d, variant == 2 ? ", a mask" : "", r64 == 0 ? tb[FCL_BWD_DKDV].br : 0,
-              r64 == 0 && tb[FCL_BWD_DKDV].kv_resident ? ", K and V resident" : "", resident64 ? 128 : 64,
-              resident64 ? ", K and V resident" : "");
+              (int)ph.d, what[variant], r64 == 0 ? tb[FCL_BWD_DKDV].bc : 0, r64 == 0 ? tb[FCL_BWD_DKDV].br : 0,
+              r64 == 0 && tb[FCL_BWD_DKDV].kv_resident ? ", K and V resident" : "", two ? 128 : 64, two ? 128 : 64,
+              two ? ", K and V resident" : "");
       }
     }
     /* f16 and bf16 at head_dim 128: K and V resident (with FlashAttention-2's warp tiles, kv_resident 2: below), 64-row

@@ -12,32 +12,25 @@ t0=$(date +%s) L=${LIMIT:-560}
 el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
-# Waiting (notes v49): the dK/dV kernel's two key tiles a warp, timed 8.5-15% faster at head_dim 32 and 64 but not yet
-# checked on the GPU. The default checks them forced (every head_dim and modifier of the backward suites), times them
-# with a softcap, ALiBi and a mask against the defaults, and runs issue 14's table (head_dim 64) and FlashAttention-2's
-# criterion with them as the default (bench/nv_dev/patches/bwd-dkdv-key-tiles-default.patch applied first: KEY_TILES=1,
-# the default; 0 runs the tree as it is). At LIMIT=560 they fit one call; carry .whl for fa2. STEPS names which of
-# these run, each only while enough of the call is left:
+# Nothing waits (notes v50: the dK/dV kernel's two key tiles a warp landed). The steps check and time the tree as it
+# is, built once into build-gpu; STEPS names which of these run, each only while enough of the call is left (carry
+# .whl for fa2):
 #   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE set to each of $FORCED (shapes the
 #          defaults do not take, checked before they are timed; "default" is the planner's own)
 #   rows   BACKWARD_SHAPES (FLASHCL_BACKWARD_SHAPE values, "default" the planner's) on rows BACKWARD_ROWS (shapes.sh's
-#          "D N [FLAGS];..."), f16 and bf16; by default two key tiles against the defaults with score modifiers
+#          "D N [FLAGS];..."), f16 and bf16; by default two key tiles against the defaults with an f16 mask
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends (TABLE_HEAD_DIMS, default
-#          64: head_dim 128's rows are v48's kernels)
+#          64,128)
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-forced rows table fa2} "
-if [ "${KEY_TILES:-1}" = 1 ] && ! grep -q "dkdv = {4, 128, 1, 2}" src/plan_nvidia.c; then
-  git apply bench/nv_dev/patches/bwd-dkdv-key-tiles-default.patch || exit 1
-fi
-# The steps run on the tree as it is (with that patch), built once into build-gpu.
+steps=" ${STEPS:-forced table fa2} "
 [[ $steps =~ \ (forced|rows|suite|table|fa2)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built, $(el) s"
 if [[ $steps == *" forced "* ]] && [ "$(left)" -gt 150 ]; then
-  for shape in ${FORCED:-4,128,4,64,1,2,2 default}; do
+  for shape in ${FORCED:-default}; do
     (cd build-gpu && FLASHCL_BACKWARD_SHAPE=$shape timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
       --timeout 200 >"$out/forced_${shape//,/_}.log" 2>&1)
     echo "FLASHCL_BACKWARD_SHAPE=$shape:"
@@ -49,7 +42,7 @@ if [[ $steps == *" rows "* ]]; then
   for dt in f16 bf16; do
     [ "$(left)" -gt 200 ] || break
     DEVICE=$FLASHCL_TEST_DEVICE BUILD=build-gpu BACKWARD_DTYPE=$dt \
-      BACKWARD_ROWS="${BACKWARD_ROWS:-64 4096 --softcap 30;64 4096 --alibi;64 4096 --mask f16}" \
+      BACKWARD_ROWS="${BACKWARD_ROWS:-64 4096 --mask f16;32 4096 --mask f16}" \
       BACKWARD_SHAPES="${BACKWARD_SHAPES:-default 4,128,4,64,1,2,2}" OUT=$out/rows \
       bash bench/nv_dev/shapes.sh backward 2>&1 | grep "^backward" | tee -a "$out/rows.txt"
   done
@@ -62,7 +55,7 @@ if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
 fi
 if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
   timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
-    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64}" \
+    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" \
     --causal both --seqlen 1024,4096,16384 --json "$out/table_backward.jsonl" >"$out/table_backward.txt" \
     2>"$out/table_backward.err"
   tail -32 "$out/table_backward.txt"
