@@ -63,11 +63,12 @@ static int modifier_cases(listed *list, int n) {
     n = add(list, n, (bwd_case){2, 2, 0, 50, 90, 128, dt, 1, LAYOUT_BHND, 0, t == 2, sinks}, t == 0);
     n = add(list, n, (bwd_case){2, 4, 2, 77, 131, 96, dt, 1, LAYOUT_PADDED, 0.3f, 0, all}, t == 1);
   }
-  /* Masks whose rows start on 16 bytes over whole key tiles (f16 at head_dim 128, bf16 with an f32 mask at 64):
-     NVIDIA's dQ kernel reads them a pair of keys a load in 32-key f16 tiles and 16 bytes a load in 64-key ones
+  /* Masks whose rows start on 16 bytes over whole key tiles (f16 at head_dim 128 and 64, bf16 with an f32 mask at
+     64): NVIDIA's dQ kernel reads them a pair of keys a load in 32-key f16 tiles and 16 bytes a load in 64-key ones
      (and in the f32 modifier case above, head_dim 32). */
   const test_mods mask_f32 = {0, 0, MASK_FULL_F32, 0, 0, 0, 0, 0};
   n = add(list, n, (bwd_case){1, 2, 0, 70, 203, 128, FCL_DTYPE_F16, 0, LAYOUT_BHND, 0, 0, mask}, 0);
+  n = add(list, n, (bwd_case){1, 2, 0, 70, 203, 64, FCL_DTYPE_F16, 1, LAYOUT_BNHD, 0, 0, mask}, 0);
   n = add(list, n, (bwd_case){1, 2, 1, 40, 141, 64, FCL_DTYPE_BF16, 0, LAYOUT_BNHD, 0, 0, mask_f32}, 0);
   /* A sliding window whose dQ blocks start on odd keys over a mask read by pairs: the first key is rounded down to
      an even one. */
