@@ -16,7 +16,7 @@ left() { echo $((L - $(el))); }
 # masklocal: bench/nv_dev/ab.sh's A/B on rows ab_rows_bwd_mask_local.txt and the backward suites on B). The other
 # steps check and time the tree as it is, built once into build-gpu; STEPS names which of these run, each only while
 # enough of the call is left (carry .whl for fa2):
-#   masklocal the A/B above, in at most MASK_BUDGET s (default 300)
+#   masklocal the A/B above, in at most MASK_BUDGET s (default 420)
 #   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE set to each of $FORCED (shapes the
 #          defaults do not take, checked before they are timed; "default" is the planner's own)
 #   rows   BACKWARD_SHAPES (FLASHCL_BACKWARD_SHAPE values, "default" the planner's) on rows BACKWARD_ROWS (shapes.sh's
@@ -25,9 +25,9 @@ left() { echo $((L - $(el))); }
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends (TABLE_HEAD_DIMS, default
 #          64,128)
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
-steps=" ${STEPS:-masklocal forced table fa2} "
+steps=" ${STEPS:-masklocal} "
 if [[ $steps == *" masklocal "* ]]; then
-  ROWS=bench/nv_dev/ab_rows_bwd_mask_local.txt TESTS="variant backward sequences_backward" BUDGET=${MASK_BUDGET:-300} \
+  ROWS=bench/nv_dev/ab_rows_bwd_mask_local.txt TESTS="variant backward sequences_backward" BUDGET=${MASK_BUDGET:-420} \
     OUT=$out/masklocal bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dkdv-mask-local.patch tests bench | tail -25
   echo "== masklocal, $(el) s"
 fi
