@@ -13,9 +13,9 @@ el() { echo $(($(date +%s) - t0)); }
 left() { echo $((L - $(el))); }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$out/device.txt"
 # Waiting (notes v50): patches/bwd-dkdv-mask-local.patch, the dK/dV kernel's mask blocks in local memory (step
-# masklocal: bench/nv_dev/ab.sh's A/B on rows ab_rows_bwd_mask_local.txt and the backward suites on B). The other
-# steps check and time the tree as it is, built once into build-gpu; STEPS names which of these run, each only while
-# enough of the call is left (carry .whl for fa2):
+# masklocal: bench/nv_dev/ab.sh's A/B on rows ab_rows_bwd_mask_local.txt, the backward suites on B, NVIDIA's registers
+# of the two-key-tile kernel). The other steps check and time the tree as it is, built once into build-gpu; STEPS names
+# which of these run, each only while enough of the call is left (carry .whl for fa2):
 #   masklocal the A/B above, in at most MASK_BUDGET s (default 420)
 #   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE set to each of $FORCED (shapes the
 #          defaults do not take, checked before they are timed; "default" is the planner's own)
@@ -27,8 +27,11 @@ left() { echo $((L - $(el))); }
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 steps=" ${STEPS:-masklocal} "
 if [[ $steps == *" masklocal "* ]]; then
+  # verbose: NVIDIA's registers of the two-key-tile kernel (with every modifier: why a mask made it 30% slower, v50).
   ROWS=bench/nv_dev/ab_rows_bwd_mask_local.txt TESTS="variant backward sequences_backward" BUDGET=${MASK_BUDGET:-420} \
-    OUT=$out/masklocal bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dkdv-mask-local.patch tests bench | tail -25
+    VERBOSE_CFGS="-DMMA_KIND=1 -DD=64 -DDP=64 -DDS=72 -DNW=4 -DBN=128 -DKV_RESIDENT=1 -DQT=2" \
+    OUT=$out/masklocal bash bench/nv_dev/ab.sh bench/nv_dev/patches/bwd-dkdv-mask-local.patch tests bench verbose |
+    tail -30
   echo "== masklocal, $(el) s"
 fi
 [[ $steps =~ \ (forced|rows|suite|table|fa2)\  ]] || exit 0
