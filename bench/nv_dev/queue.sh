@@ -24,7 +24,9 @@ left() { echo $((L - $(el))); }
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends (TABLE_HEAD_DIMS, default
 #          64,128)
+#   portable the backward suites (ctest -R backward) with FLASHCL_PORTABLE_ONLY=1: the tensor-core backward off
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
+#   decode issue 12's decode table (bench/compare_torch.py --decode --flush-read) beside PyTorch's backends
 steps=" ${STEPS:-masklocal} "
 if [[ $steps == *" masklocal "* ]]; then
   # verbose: NVIDIA's registers of the two-key-tile kernel (with every modifier: why a mask made it 30% slower, v50).
@@ -34,7 +36,7 @@ if [[ $steps == *" masklocal "* ]]; then
     tail -30
   echo "== masklocal, $(el) s"
 fi
-[[ $steps =~ \ (forced|rows|suite|table|fa2)\  ]] || exit 0
+[[ $steps =~ \ (forced|rows|suite|portable|table|fa2|decode)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
@@ -63,6 +65,12 @@ if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
   grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/ctest.log" | tail -25
   echo "== suite, $(el) s"
 fi
+if [[ $steps == *" portable "* ]] && [ "$(left)" -gt 120 ]; then
+  (cd build-gpu && FLASHCL_PORTABLE_ONLY=1 timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
+    --timeout 200 >"$out/portable.log" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/portable.log" | grep -v Skipped | tail -8
+  echo "== portable, $(el) s"
+fi
 if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
   timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
     --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" \
@@ -74,4 +82,11 @@ fi
 if [[ $steps == *" fa2 "* ]] && [ "$(left)" -gt 90 ]; then
   BUILD=build-gpu OUT=$out/fa2 timeout $(($(left) - 10)) bash bench/nv_dev/fa2_check.sh
   echo "== fa2, $(el) s"
+fi
+if [[ $steps == *" decode "* ]] && [ "$(left)" -gt 90 ]; then
+  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
+    --device "$FLASHCL_TEST_DEVICE" --decode --flush-read --json "$out/table_decode.jsonl" >"$out/table_decode.txt" \
+    2>"$out/table_decode.err"
+  tail -12 "$out/table_decode.txt"
+  echo "== decode, $(el) s"
 fi
