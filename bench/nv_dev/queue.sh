@@ -27,6 +27,8 @@ left() { echo $((L - $(el))); }
 #   portable the backward suites (ctest -R backward) with FLASHCL_PORTABLE_ONLY=1: the tensor-core backward off
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 #   decode issue 12's decode table (bench/compare_torch.py --decode --flush-read) beside PyTorch's backends
+#   stream the device's K/V streaming ceiling by cp.async (bench/nv_dev/stream_read.c; notes v23 has the H200's,
+#          v51 asks for the H100's beside the decode rows' 2.97-3.06 TB/s)
 steps=" ${STEPS:-masklocal} "
 if [[ $steps == *" masklocal "* ]]; then
   # verbose: NVIDIA's registers of the two-key-tile kernel (with every modifier: why a mask made it 30% slower, v50).
@@ -36,7 +38,7 @@ if [[ $steps == *" masklocal "* ]]; then
     tail -30
   echo "== masklocal, $(el) s"
 fi
-[[ $steps =~ \ (forced|rows|suite|portable|table|fa2|decode)\  ]] || exit 0
+[[ $steps =~ \ (forced|rows|suite|portable|table|fa2|decode|stream)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
@@ -89,4 +91,10 @@ if [[ $steps == *" decode "* ]] && [ "$(left)" -gt 90 ]; then
     2>"$out/table_decode.err"
   tail -12 "$out/table_decode.txt"
   echo "== decode, $(el) s"
+fi
+if [[ $steps == *" stream "* ]] && [ "$(left)" -gt 40 ]; then
+  gcc -O2 -Iinclude bench/nv_dev/stream_read.c -lOpenCL -o /tmp/stream_read >"$out/stream.log" 2>&1 &&
+    timeout $(($(left) - 5)) /tmp/stream_read 2048 256 512 1056 >>"$out/stream.log" 2>&1
+  grep -v bulk "$out/stream.log" | tail -14
+  echo "== stream, $(el) s"
 fi
