@@ -22,9 +22,9 @@ left() { echo $((L - $(el))); }
 #   rows   BACKWARD_SHAPES (FLASHCL_BACKWARD_SHAPE values, "default" the planner's) on rows BACKWARD_ROWS (shapes.sh's
 #          "D N [FLAGS];..."), f16 and bf16; by default two key tiles against the defaults with an f16 mask
 #   suite  the whole suite on the GPU (ctest, the Oclgrind groups and the tools' label left out)
+#   portable the backward suites (ctest -R backward) with FLASHCL_PORTABLE_ONLY=1: the tensor-core backward off
 #   table  issue 14's table (bench/compare_torch.py --backward) beside PyTorch's backends (TABLE_HEAD_DIMS, default
 #          64,128)
-#   portable the backward suites (ctest -R backward) with FLASHCL_PORTABLE_ONLY=1: the tensor-core backward off
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 #   decode issue 12's decode table (bench/compare_torch.py --decode --flush-read) beside PyTorch's backends
 #   stream the device's K/V streaming ceiling by cp.async (bench/nv_dev/stream_read.c; notes v23 has the H200's,
