@@ -17,6 +17,8 @@ left() { echo $((L - $(el))); }
 # of the two-key-tile kernel). The other steps check and time the tree as it is, built once into build-gpu; STEPS names
 # which of these run, each only while enough of the call is left (carry .whl for fa2):
 #   masklocal the A/B above, in at most MASK_BUDGET s (default 420)
+#   stream the device's K/V streaming ceiling by cp.async (bench/nv_dev/stream_read.c, no build of the tree; notes
+#          v23 has the H200's, v51 asks for the H100's beside the decode rows' 2.97-3.06 TB/s)
 #   forced the backward suites (ctest -R backward) with FLASHCL_BACKWARD_SHAPE set to each of $FORCED (shapes the
 #          defaults do not take, checked before they are timed; "default" is the planner's own)
 #   rows   BACKWARD_SHAPES (FLASHCL_BACKWARD_SHAPE values, "default" the planner's) on rows BACKWARD_ROWS (shapes.sh's
@@ -27,8 +29,6 @@ left() { echo $((L - $(el))); }
 #          64,128)
 #   fa2    FlashAttention-2's criterion (bench/nv_dev/fa2_check.sh; needs .whl carried)
 #   decode issue 12's decode table (bench/compare_torch.py --decode --flush-read) beside PyTorch's backends
-#   stream the device's K/V streaming ceiling by cp.async (bench/nv_dev/stream_read.c; notes v23 has the H200's,
-#          v51 asks for the H100's beside the decode rows' 2.97-3.06 TB/s)
 steps=" ${STEPS:-masklocal} "
 if [[ $steps == *" masklocal "* ]]; then
   # verbose: NVIDIA's registers of the two-key-tile kernel (with every modifier: why a mask made it 30% slower, v50).
@@ -38,17 +38,38 @@ if [[ $steps == *" masklocal "* ]]; then
     tail -30
   echo "== masklocal, $(el) s"
 fi
-[[ $steps =~ \ (forced|rows|suite|portable|table|fa2|decode|stream)\  ]] || exit 0
+if [[ $steps == *" stream "* ]] && [ "$(left)" -gt 40 ]; then
+  gcc -O2 -Iinclude bench/nv_dev/stream_read.c -lOpenCL -o /tmp/stream_read >"$out/stream.log" 2>&1 &&
+    timeout $(($(left) - 5)) /tmp/stream_read 2048 256 512 1056 >>"$out/stream.log" 2>&1
+  grep -v bulk "$out/stream.log" | tail -14
+  echo "== stream, $(el) s"
+fi
+[[ $steps =~ \ (forced|rows|suite|portable|table|fa2|decode)\  ]] || exit 0
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache-queue
 { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFLASHCL_WERROR=ON && cmake --build build-gpu -j 16; } \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built, $(el) s"
+# ctest in build-gpu (the Oclgrind groups left out) within what is left of the call, with its own arguments after
+# NAME; its log goes to $out/NAME.log and its summary is printed. NAME=VALUE settings before the call reach the tests.
+gpu_ctest() {
+  local name=$1
+  shift
+  (cd build-gpu && timeout $(($(left) - 10)) ctest -j 14 -E oclgrind --timeout 200 "$@" >"$out/$name.log" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/$name.log" | grep -v Skipped | tail -12
+}
+# bench/compare_torch.py with build-gpu's flashcl-bench beside PyTorch's backends, its own arguments after NAME and
+# LINES: the table to $out/NAME.txt (rows also as NAME.jsonl, errors NAME.err), its last LINES lines printed.
+gpu_compare() {
+  local name=$1 lines=$2
+  shift 2
+  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
+    --device "$FLASHCL_TEST_DEVICE" "$@" --json "$out/$name.jsonl" >"$out/$name.txt" 2>"$out/$name.err"
+  tail -"$lines" "$out/$name.txt"
+}
 if [[ $steps == *" forced "* ]] && [ "$(left)" -gt 150 ]; then
   for shape in ${FORCED:-default}; do
-    (cd build-gpu && FLASHCL_BACKWARD_SHAPE=$shape timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
-      --timeout 200 >"$out/forced_${shape//,/_}.log" 2>&1)
     echo "FLASHCL_BACKWARD_SHAPE=$shape:"
-    grep -E "tests passed|Failed|\*\*\*" "$out/forced_${shape//,/_}.log" | grep -v Skipped | tail -8
+    FLASHCL_BACKWARD_SHAPE=$shape gpu_ctest "forced_${shape//,/_}" -R backward
   done
   echo "== forced, $(el) s"
 fi
@@ -63,22 +84,16 @@ if [[ $steps == *" rows "* ]]; then
   echo "== rows, $(el) s"
 fi
 if [[ $steps == *" suite "* ]] && [ "$(left)" -gt 120 ]; then
-  (cd build-gpu && timeout $(($(left) - 10)) ctest -j 14 -E oclgrind -LE tools --timeout 200 >"$out/ctest.log" 2>&1)
-  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/ctest.log" | tail -25
+  gpu_ctest ctest -LE tools
   echo "== suite, $(el) s"
 fi
 if [[ $steps == *" portable "* ]] && [ "$(left)" -gt 120 ]; then
-  (cd build-gpu && FLASHCL_PORTABLE_ONLY=1 timeout $(($(left) - 10)) ctest -j 14 -R backward -E oclgrind \
-    --timeout 200 >"$out/portable.log" 2>&1)
-  grep -E "tests passed|Failed|\*\*\*|Total Test" "$out/portable.log" | grep -v Skipped | tail -8
+  FLASHCL_PORTABLE_ONLY=1 gpu_ctest portable -R backward
   echo "== portable, $(el) s"
 fi
 if [[ $steps == *" table "* ]] && [ "$(left)" -gt 150 ]; then
-  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
-    --device "$FLASHCL_TEST_DEVICE" --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" \
-    --causal both --seqlen 1024,4096,16384 --json "$out/table_backward.jsonl" >"$out/table_backward.txt" \
-    2>"$out/table_backward.err"
-  tail -32 "$out/table_backward.txt"
+  gpu_compare table_backward 32 --backward --skip math,naive --dtype f16,bf16 --head-dim "${TABLE_HEAD_DIMS:-64,128}" \
+    --causal both --seqlen 1024,4096,16384
   echo "== table, $(el) s"
 fi
 if [[ $steps == *" fa2 "* ]] && [ "$(left)" -gt 90 ]; then
@@ -86,15 +101,6 @@ if [[ $steps == *" fa2 "* ]] && [ "$(left)" -gt 90 ]; then
   echo "== fa2, $(el) s"
 fi
 if [[ $steps == *" decode "* ]] && [ "$(left)" -gt 90 ]; then
-  timeout $(($(left) - 10)) python3 bench/compare_torch.py --flashcl-bench build-gpu/tools/flashcl-bench \
-    --device "$FLASHCL_TEST_DEVICE" --decode --flush-read --json "$out/table_decode.jsonl" >"$out/table_decode.txt" \
-    2>"$out/table_decode.err"
-  tail -12 "$out/table_decode.txt"
+  gpu_compare table_decode 12 --decode --flush-read
   echo "== decode, $(el) s"
-fi
-if [[ $steps == *" stream "* ]] && [ "$(left)" -gt 40 ]; then
-  gcc -O2 -Iinclude bench/nv_dev/stream_read.c -lOpenCL -o /tmp/stream_read >"$out/stream.log" 2>&1 &&
-    timeout $(($(left) - 5)) /tmp/stream_read 2048 256 512 1056 >>"$out/stream.log" 2>&1
-  grep -v bulk "$out/stream.log" | tail -14
-  echo "== stream, $(el) s"
 fi
